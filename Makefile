@@ -1,0 +1,44 @@
+# precis front door. `make test` and `make demo` work on a fresh Debian machine.
+.PHONY: all test demo bench asan cuda format clean
+
+JOBS ?= 2
+
+all: test
+
+test:
+	tools/deps.sh test
+	cmake --preset dev
+	cmake --build --preset dev -j $(JOBS)
+	ctest --preset dev
+
+demo:
+	tools/deps.sh demo
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF
+	cmake --build --preset release -j $(JOBS) --target format_table
+	./build/release/examples/format_table
+
+bench:
+	tools/deps.sh bench
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
+	cmake --build --preset release -j $(JOBS) --target bench_convert
+	./build/release/bench/perf/bench_convert --benchmark_repetitions=5 \
+	  --benchmark_report_aggregates_only=true
+
+asan:
+	tools/deps.sh test
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan
+
+cuda:
+	tools/deps.sh test
+	cmake --preset cuda
+	cmake --build --preset cuda -j $(JOBS)
+	ctest --preset cuda
+
+format:
+	find include tests bench examples -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \
+	  | xargs clang-format -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,185 @@
+// precis::convert(src, dst, mode[, overflow][, random source]): many values at once.
+//
+// Same results as precis::round_to applied element by element, bit for bit. float <-> fp16,
+// bf16, tf32, fp8 and other small formats take AVX2/F16C kernels when the CPU has them
+// (checked once at run time); everything else, and every CPU without them, takes the portable
+// scalar path. Stochastic rounding draws one 64-bit value per element, in order, so results
+// depend only on the seed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <ranges>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "precis/config.hpp"
+#include "precis/error.hpp"
+#include "precis/format/convert_x86.hpp"
+#include "precis/format/round_to.hpp"
+
+namespace precis {
+namespace detail {
+
+/// The portable path: round_to element by element (also the reference for the SIMD kernels).
+template <class From, class To>
+void convert_scalar(const From* src, To* dst, std::size_t n, rounding mode, overflow ov) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = round_unchecked<To>(src[i], mode, ov, 0);
+}
+
+template <class From, class To, class Gen>
+void convert_stochastic(const From* src, To* dst, std::size_t n, overflow ov, Gen& gen) {
+  for (std::size_t i = 0; i < n; ++i) {
+    dst[i] = round_unchecked<To>(src[i], rounding::stochastic, ov, random_bits64(gen));
+  }
+}
+
+#if PRECIS_X86_SIMD
+template <layout L, rounding Mode, class Bits>
+std::size_t encode_avx2_dispatch_ov(const float* src, Bits* dst, std::size_t n, overflow ov) {
+  switch (ov) {
+    case overflow::infinity:
+      if constexpr (L.has_infinity()) {
+        if constexpr (L == layout{5, 10, encoding::ieee}) {
+          return float_to_half_f16c<Mode>(src, reinterpret_cast<std::uint16_t*>(dst), n);
+        } else {
+          return encode_from_float_avx2<L, Mode, overflow::infinity>(src, dst, n);
+        }
+      }
+      return 0;
+    case overflow::saturate: return encode_from_float_avx2<L, Mode, overflow::saturate>(src, dst, n);
+    case overflow::nan: return encode_from_float_avx2<L, Mode, overflow::nan>(src, dst, n);
+  }
+  return 0;
+}
+
+template <layout L, class Bits>
+std::size_t encode_avx2(const float* src, Bits* dst, std::size_t n, rounding mode, overflow ov) {
+  switch (mode) {
+    case rounding::nearest_even:
+      return encode_avx2_dispatch_ov<L, rounding::nearest_even>(src, dst, n, ov);
+    case rounding::toward_zero:
+      return encode_avx2_dispatch_ov<L, rounding::toward_zero>(src, dst, n, ov);
+    case rounding::upward: return encode_avx2_dispatch_ov<L, rounding::upward>(src, dst, n, ov);
+    case rounding::downward: return encode_avx2_dispatch_ov<L, rounding::downward>(src, dst, n, ov);
+    case rounding::stochastic: return 0;
+  }
+  return 0;
+}
+#endif
+
+/// Converts n elements; the SIMD kernels take what they can and the scalar path the rest.
+template <class From, class To>
+void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, overflow ov) {
+  std::size_t done = 0;
+#if PRECIS_X86_SIMD
+  if constexpr (std::is_same_v<From, float> && is_bit_format_v<To> && !std::is_same_v<To, float>) {
+    using bf = bit_format<To>;
+    if constexpr (avx2_encodable(bf::lay) && sizeof(To) == sizeof(typename bf::bits_type)) {
+      if (cpu_has_avx2_f16c()) {
+        done = encode_avx2<bf::lay>(src, reinterpret_cast<typename bf::bits_type*>(dst), n, mode, ov);
+      }
+    }
+  } else if constexpr (std::is_same_v<To, float> && is_bit_format_v<From> &&
+                       !std::is_same_v<From, float>) {
+    using bf = bit_format<From>;
+    if constexpr (avx2_decodable(bf::lay) && sizeof(From) == sizeof(typename bf::bits_type)) {
+      if (cpu_has_avx2_f16c()) {
+        done = decode_to_float_avx2<bf::lay>(reinterpret_cast<const typename bf::bits_type*>(src),
+                                             dst, n);
+      }
+    }
+  }
+#endif
+  convert_scalar(src + done, dst + done, n - done, mode, ov);
+}
+
+template <class From, class To>
+void check_spans(std::span<const From> src, std::span<To> dst) {
+  if (src.size() != dst.size()) {
+    throw shape_error("precis::convert: source has " + std::to_string(src.size()) +
+                      " elements, destination has " + std::to_string(dst.size()) +
+                      "; expected equal lengths");
+  }
+  const auto* s0 = reinterpret_cast<const unsigned char*>(src.data());
+  const auto* s1 = s0 + src.size_bytes();
+  const auto* d0 = reinterpret_cast<const unsigned char*>(dst.data());
+  const auto* d1 = d0 + dst.size_bytes();
+  if (!src.empty() && std::less<>{}(s0, d1) && std::less<>{}(d0, s1)) {
+    throw invalid_argument("precis::convert: source and destination overlap; expected "
+                           "disjoint buffers");
+  }
+}
+
+template <class R>
+concept contiguous_sized = std::ranges::contiguous_range<R> && std::ranges::sized_range<R>;
+
+template <class R>
+using range_value = std::remove_cv_t<std::ranges::range_value_t<R>>;
+
+template <class R>
+auto as_const_span(R&& r) {
+  return std::span<const range_value<R>>(std::ranges::data(r), std::ranges::size(r));
+}
+template <class R>
+auto as_span(R&& r) {
+  return std::span<range_value<R>>(std::ranges::data(r), std::ranges::size(r));
+}
+
+}  // namespace detail
+
+/// Converts every element of src into dst (equal lengths, disjoint), rounding once each.
+/// The target must have infinities; otherwise pass a precis::overflow.
+template <detail::contiguous_sized Src, detail::contiguous_sized Dst>
+  requires floating<detail::range_value<Src>> && floating<detail::range_value<Dst>>
+void convert(Src&& src, Dst&& dst, rounding mode = rounding::nearest_even) {
+  using To = detail::range_value<Dst>;
+  detail::require_infinity_or_explicit_overflow<To>();
+  const auto s = detail::as_const_span(src);
+  const auto d = detail::as_span(dst);
+  detail::check_spans(s, d);
+  detail::check_not_stochastic(mode, "precis::convert");
+  detail::convert_dispatch(s.data(), d.data(), s.size(), mode, overflow::infinity);
+}
+
+template <detail::contiguous_sized Src, detail::contiguous_sized Dst>
+  requires floating<detail::range_value<Src>> && floating<detail::range_value<Dst>>
+void convert(Src&& src, Dst&& dst, rounding mode, overflow ov) {
+  using To = detail::range_value<Dst>;
+  const auto s = detail::as_const_span(src);
+  const auto d = detail::as_span(dst);
+  detail::check_spans(s, d);
+  detail::check_overflow_mode<To>(ov, "precis::convert");
+  detail::check_not_stochastic(mode, "precis::convert");
+  detail::convert_dispatch(s.data(), d.data(), s.size(), mode, ov);
+}
+
+/// With a random source: stochastic rounding draws once per element, in element order.
+template <detail::contiguous_sized Src, detail::contiguous_sized Dst,
+          std::uniform_random_bit_generator Gen>
+  requires floating<detail::range_value<Src>> && floating<detail::range_value<Dst>>
+void convert(Src&& src, Dst&& dst, rounding mode, overflow ov, Gen& gen) {
+  using To = detail::range_value<Dst>;
+  const auto s = detail::as_const_span(src);
+  const auto d = detail::as_span(dst);
+  detail::check_spans(s, d);
+  detail::check_overflow_mode<To>(ov, "precis::convert");
+  if (mode == rounding::stochastic) {
+    detail::convert_stochastic(s.data(), d.data(), s.size(), ov, gen);
+  } else {
+    detail::convert_dispatch(s.data(), d.data(), s.size(), mode, ov);
+  }
+}
+
+template <detail::contiguous_sized Src, detail::contiguous_sized Dst,
+          std::uniform_random_bit_generator Gen>
+  requires floating<detail::range_value<Src>> && floating<detail::range_value<Dst>>
+void convert(Src&& src, Dst&& dst, rounding mode, Gen& gen) {
+  using To = detail::range_value<Dst>;
+  detail::require_infinity_or_explicit_overflow<To>();
+  convert(std::forward<Src>(src), std::forward<Dst>(dst), mode, overflow::infinity, gen);
+}
+
+}  // namespace precis

@@ -1,0 +1,208 @@
+// AVX2 / F16C kernels for bulk conversion between float and the small formats. Each kernel
+// is the lane-parallel form of detail::encode_bits for a float source (32-bit integer ops with
+// per-lane variable shifts), and is tested bit for bit against the scalar path.
+// Compiled with target attributes and chosen at run time (detail::cpu_has_avx2_f16c), so
+// consumers need no -march flag.
+#pragma once
+
+#include "precis/config.hpp"
+
+#if PRECIS_X86_SIMD
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "precis/format/detail/bit_format.hpp"
+
+#define PRECIS_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+
+namespace precis::detail {
+
+inline bool cpu_has_avx2_f16c() noexcept {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return ok;
+}
+
+/// Which float -> layout conversions the AVX2 kernel handles: float sources with at least one
+/// bit dropped and an exponent range inside float's.
+constexpr bool avx2_encodable(layout l) {
+  return l.exp_bits <= 8 && l.mant_bits <= 22 && fits_float(l);
+}
+
+template <class Bits>
+PRECIS_TARGET_AVX2 inline void store8(Bits* dst, __m256i v) {
+  if constexpr (sizeof(Bits) == 4) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v);
+  } else {
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    if constexpr (sizeof(Bits) == 2) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), w);
+    } else {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(w, w));
+    }
+  }
+}
+
+/// float -> layout L, 8 lanes at a time. Returns how many leading elements it converted
+/// (a multiple of 8); the caller finishes the tail with the scalar path.
+template <layout L, rounding Mode, overflow Ov, class Bits>
+PRECIS_TARGET_AVX2 std::size_t encode_from_float_avx2(const float* src, Bits* dst, std::size_t n) {
+  static_assert(avx2_encodable(L) && Mode != rounding::stochastic);
+  constexpr int M = L.mant_bits;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i exp_inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i mant_mask = _mm256_set1_epi32(0x7fffff);
+  const __m256i hidden = _mm256_set1_epi32(0x800000);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i max_bits = _mm256_set1_epi32(static_cast<int>(L.max_bits()));
+  constexpr std::uint64_t ov_bits_u = Ov == overflow::infinity   ? L.inf_bits()
+                                      : Ov == overflow::saturate ? L.max_bits()
+                                                                 : L.nan_bits();
+  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(ov_bits_u));
+  const __m256i nan_bits = _mm256_set1_epi32(static_cast<int>(L.nan_bits()));
+  const __m256i payload_mask = _mm256_set1_epi32(0x3fffff);
+  // The target's normal range starts at float biased exponent emin + 127.
+  const __m256i tn_threshold = _mm256_set1_epi32(L.emin() + 126);
+  const __m256i shift_normal = _mm256_set1_epi32(23 - M);
+  const __m256i shift_sub_base = _mm256_set1_epi32(L.emin() - M + 150);
+  const __m256i shift_cap = _mm256_set1_epi32(25);
+  const __m256i base_bias = _mm256_set1_epi32(L.bias() - 128);
+
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i a = _mm256_and_si256(x, abs_mask);
+    const __m256i neg = _mm256_srai_epi32(x, 31);
+    const __m256i e = _mm256_srli_epi32(a, 23);
+    const __m256i m = _mm256_and_si256(a, mant_mask);
+    const __m256i src_normal = _mm256_cmpgt_epi32(e, zero);
+    const __m256i sig = _mm256_or_si256(m, _mm256_and_si256(src_normal, hidden));
+    const __m256i ee = _mm256_max_epi32(e, one);
+    const __m256i tn = _mm256_cmpgt_epi32(e, tn_threshold);
+    // Bits of sig below the target's lsb; capped at 25 (sig < 2^24, so any larger shift
+    // leaves q = 0 with a nonzero remainder below one half, exactly like 25).
+    __m256i shift = _mm256_blendv_epi8(_mm256_sub_epi32(shift_sub_base, ee), shift_normal, tn);
+    shift = _mm256_min_epi32(shift, shift_cap);
+    __m256i q = _mm256_srlv_epi32(sig, shift);
+    const __m256i rem = _mm256_sub_epi32(sig, _mm256_sllv_epi32(q, shift));
+    __m256i up;
+    if constexpr (Mode == rounding::nearest_even) {
+      const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
+      const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(q, one), one);
+      up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half),
+                           _mm256_and_si256(_mm256_cmpeq_epi32(rem, half), odd));
+    } else if constexpr (Mode == rounding::toward_zero) {
+      up = zero;
+    } else {
+      const __m256i inexact = _mm256_xor_si256(_mm256_cmpeq_epi32(rem, zero), _mm256_set1_epi32(-1));
+      up = Mode == rounding::upward ? _mm256_andnot_si256(neg, inexact) : _mm256_and_si256(neg, inexact);
+    }
+    q = _mm256_sub_epi32(q, up);  // up is all ones where rounding away from zero
+    const __m256i base = _mm256_and_si256(
+        tn, _mm256_slli_epi32(_mm256_add_epi32(e, base_bias), M));
+    __m256i bits = _mm256_add_epi32(base, q);
+    // Overflow: beyond the largest finite pattern.
+    __m256i inf_like;
+    if constexpr (Mode == rounding::nearest_even) inf_like = _mm256_set1_epi32(-1);
+    else if constexpr (Mode == rounding::toward_zero) inf_like = zero;
+    else if constexpr (Mode == rounding::upward) inf_like = _mm256_xor_si256(neg, _mm256_set1_epi32(-1));
+    else inf_like = neg;
+    const __m256i ovf = _mm256_cmpgt_epi32(bits, max_bits);
+    bits = _mm256_blendv_epi8(bits, _mm256_blendv_epi8(max_bits, ov_bits, inf_like), ovf);
+    // Infinite and NaN sources.
+    bits = _mm256_blendv_epi8(bits, ov_bits, _mm256_cmpeq_epi32(a, exp_inf));
+    __m256i nan_val = nan_bits;
+    if constexpr (L.enc == encoding::ieee) {
+      nan_val = _mm256_or_si256(nan_bits, _mm256_srli_epi32(_mm256_and_si256(m, payload_mask), 23 - M));
+    }
+    bits = _mm256_blendv_epi8(bits, nan_val, _mm256_cmpgt_epi32(a, exp_inf));
+    bits = _mm256_or_si256(bits, _mm256_srli_epi32(_mm256_andnot_si256(abs_mask, x), 31 - (L.exp_bits + M)));
+    store8(dst + i, bits);
+  }
+  return i;
+}
+
+/// float -> half with F16C's vcvtps2ph, which rounds in any of the four IEEE modes (the
+/// immediate selects it) and overflows to infinity exactly as IEEE 754 specifies.
+template <rounding Mode>
+PRECIS_TARGET_AVX2 std::size_t float_to_half_f16c(const float* src, std::uint16_t* dst, std::size_t n) {
+  constexpr int imm = Mode == rounding::nearest_even  ? _MM_FROUND_TO_NEAREST_INT
+                      : Mode == rounding::toward_zero ? _MM_FROUND_TO_ZERO
+                      : Mode == rounding::upward      ? _MM_FROUND_TO_POS_INF
+                                                      : _MM_FROUND_TO_NEG_INF;
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i a = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), imm | _MM_FROUND_NO_EXC);
+    const __m128i b = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + 8), imm | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), b);
+  }
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), imm | _MM_FROUND_NO_EXC));
+  }
+  return i;
+}
+
+/// Sets the quiet bit of NaN lanes (conversions deliver quiet NaNs, as the scalar path does).
+PRECIS_TARGET_AVX2 inline __m256i quiet_nans(__m256i f) {
+  const __m256i a = _mm256_and_si256(f, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+  return _mm256_or_si256(f, _mm256_and_si256(is_nan, _mm256_set1_epi32(0x00400000)));
+}
+
+/// Exact widening of a small format to float.
+/// - fp16: F16C vcvtph2ps;
+/// - 8 exponent bits (bf16, tf32): a left shift moves sign, exponent and mantissa into place;
+/// - 8-bit formats: a 256-entry table (built by the scalar decoder) and a gather.
+template <layout L>
+struct decode_table {
+  static constexpr std::array<float, 256> values = [] {
+    std::array<float, 256> t{};
+    for (std::uint32_t b = 0; b < 256; ++b) t[b] = decode_to_float<L>(b);
+    return t;
+  }();
+};
+
+constexpr bool avx2_decodable(layout l) {
+  return fits_float(l) && (l == layout{5, 10, encoding::ieee} || l.exp_bits == 8 || l.total_bits() <= 8);
+}
+
+template <layout L, class Bits>
+PRECIS_TARGET_AVX2 std::size_t decode_to_float_avx2(const Bits* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i f;
+    if constexpr (L == layout{5, 10, encoding::ieee}) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    } else if constexpr (L.total_bits() <= 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i));
+      f = _mm256_castps_si256(
+          _mm256_i32gather_ps(decode_table<L>::values.data(), _mm256_cvtepu8_epi32(b), 4));
+    } else {
+      __m256i w;
+      if constexpr (sizeof(Bits) == 2) {
+        w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      } else {
+        w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      }
+      f = _mm256_slli_epi32(w, 23 - L.mant_bits);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), quiet_nans(f));
+  }
+  return i;
+}
+
+}  // namespace precis::detail
+
+#undef PRECIS_TARGET_AVX2
+
+#endif  // PRECIS_X86_SIMD

@@ -1,0 +1,6 @@
+// precis: header-only numerics and mixed-precision autodiff. The umbrella header.
+#pragma once
+
+#include "precis/config.hpp"
+#include "precis/error.hpp"
+#include "precis/format/format.hpp"

@@ -1,0 +1,129 @@
+// precis::convert: bulk conversion is bit-identical to round_to element by element, for every
+// length 0..67, unaligned starts, every mode and overflow choice, both directions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace {
+
+using namespace fmt_test;
+using precis::overflow;
+using precis::rounding;
+
+template <class T>
+class ConvertBulk : public ::testing::Test {};
+using Targets = ::testing::Types<precis::half, precis::bfloat16, precis::float8_e4m3,
+                                 precis::float8_e5m2, precis::tf32, precis::minifloat<3, 2>,
+                                 precis::minifloat<6, 4, precis::encoding::fn>>;
+TYPED_TEST_SUITE(ConvertBulk, Targets);
+
+/// Source floats that exercise every branch: random patterns (NaN, inf, subnormals),
+/// values around the target's extremes and its rounding boundaries.
+template <class T>
+std::vector<float> mixed_sources(std::size_t n) {
+  const ref::value_table t(spec<T>::f);
+  auto pts = structured_points<float>(t);
+  const auto rnd = random_points<float>(t.f, n, 11);
+  pts.insert(pts.end(), rnd.begin(), rnd.end());
+  return pts;
+}
+
+TYPED_TEST(ConvertBulk, FloatToFormatMatchesScalarAtEveryLengthAndOffset) {
+  using T = TypeParam;
+  const auto src = mixed_sources<T>(4096);
+  for (rounding mode : deterministic_modes()) {
+    for (overflow ov : overflow_modes<T>()) {
+      for (std::size_t offset : {0u, 1u, 3u}) {
+        for (std::size_t len = 0; len <= 67; ++len) {
+          const std::size_t start = (len * 131 + offset) % (src.size() - 80) + offset;
+          std::vector<T> buf(len + offset + 1);
+          std::span<T> dst(buf.data() + offset, len);
+          precis::convert(std::span<const float>(src.data() + start, len), dst, mode, ov);
+          for (std::size_t i = 0; i < len; ++i) {
+            ASSERT_EQ(bits_of(dst[i]), bits_of(precis::round_to<T>(src[start + i], mode, ov)))
+                << precis::to_string(mode) << " " << precis::to_string(ov) << " len " << len
+                << " i " << i << " x " << std::hexfloat << src[start + i];
+          }
+        }
+      }
+      // And the whole array in one call (the long SIMD loop).
+      std::vector<T> all(src.size());
+      precis::convert(src, all, mode, ov);
+      for (std::size_t i = 0; i < src.size(); ++i) {
+        ASSERT_EQ(bits_of(all[i]), bits_of(precis::round_to<T>(src[i], mode, ov))) << std::hexfloat << src[i];
+      }
+    }
+  }
+}
+
+TYPED_TEST(ConvertBulk, FormatToFloatMatchesScalarForEveryPattern) {
+  using T = TypeParam;
+  using bf = precis::detail::bit_format<T>;
+  const ref::ref_format f = spec<T>::f;
+  const std::uint64_t count = std::uint64_t{1} << std::min(1 + f.E + f.M, 20);
+  std::vector<T> src(count + 5);
+  for (std::uint64_t b = 0; b < src.size(); ++b) {
+    src[b] = bf::from_bits(static_cast<typename bf::bits_type>((b * 0x9E3779B1u) & ((std::uint64_t{1} << (1 + f.E + f.M)) - 1)));
+  }
+  for (std::size_t offset : {0u, 1u, 5u}) {
+    std::vector<float> dst(src.size() - offset);
+    precis::convert(std::span<const T>(src.data() + offset, dst.size()), dst);
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      ASSERT_EQ(bits_of(dst[i]), bits_of(precis::round_to<float>(src[offset + i])))
+          << "pattern 0x" << std::hex << bits_of(src[offset + i]);
+    }
+  }
+}
+
+TEST(Convert, StochasticBulkEqualsScalarDrawsInOrder) {
+  std::vector<float> src(1000);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = 1.0f + static_cast<float>(i) * 0x1p-19f;
+  std::vector<precis::bfloat16> bulk(src.size());
+  precis::xoshiro256pp g1(5), g2(5);
+  precis::convert(src, bulk, rounding::stochastic, g1);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    ASSERT_EQ(bits_of(bulk[i]), bits_of(precis::round_to<precis::bfloat16>(src[i], rounding::stochastic, g2)));
+  }
+}
+
+TEST(Convert, DoubleAndCrossFormatPaths) {
+  // double -> half and half -> bf16 (through the exact float decode) agree with round_to.
+  std::vector<double> d(777);
+  precis::xoshiro256pp gen(6);
+  for (auto& x : d) x = std::ldexp(static_cast<double>(gen() >> 11), static_cast<int>(gen() % 60) - 80);
+  std::vector<precis::half> h(d.size());
+  precis::convert(d, h, rounding::upward);
+  std::vector<precis::bfloat16> b(d.size());
+  precis::convert(h, b, rounding::toward_zero);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    ASSERT_EQ(bits_of(h[i]), bits_of(precis::round_to<precis::half>(d[i], rounding::upward)));
+    ASSERT_EQ(bits_of(b[i]), bits_of(precis::round_to<precis::bfloat16>(h[i], rounding::toward_zero)));
+  }
+}
+
+TEST(Convert, ErrorsLeaveTheDestinationUntouched) {
+  std::vector<float> src(10, 1.0f);
+  std::vector<precis::half> dst(9, precis::half(2.0f));
+  EXPECT_THROW(precis::convert(src, dst), precis::shape_error);
+  try {
+    precis::convert(src, dst);
+  } catch (const precis::shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("source has 10 elements, destination has 9"), std::string::npos);
+  }
+  std::vector<precis::half> ok(10, precis::half(2.0f));
+  EXPECT_THROW(precis::convert(src, ok, rounding::stochastic), precis::invalid_argument);
+  std::vector<precis::float8_e4m3> f8(10);
+  EXPECT_THROW(precis::convert(src, f8, rounding::nearest_even, overflow::infinity), precis::invalid_argument);
+  for (auto v : dst) EXPECT_EQ(static_cast<float>(v), 2.0f);
+  for (auto v : ok) EXPECT_EQ(static_cast<float>(v), 2.0f);
+  // Overlapping buffers are refused.
+  std::vector<float> buf(16, 1.0f);
+  EXPECT_THROW(precis::convert(std::span<const float>(buf.data(), 8),
+                               std::span<float>(buf.data() + 4, 8)),
+               precis::invalid_argument);
+}
+
+}  // namespace

@@ -1,0 +1,111 @@
+// Every one of the 2^32 float bit patterns converted to fp16 and to bf16 with nearest-even,
+// by round_to (scalar) and by convert (the SIMD kernels where the CPU has them), against the
+// independent reference: positive floats in bit order are increasing, so one walk through
+// the target's sorted value table finds each float's neighbours; the nearer one wins, ties
+// go to the even bit pattern; past the overflow midpoint the result is infinity.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace {
+
+using namespace fmt_test;
+
+template <class T>
+struct result_counts {
+  std::atomic<std::uint64_t> bad_scalar{0}, bad_bulk{0}, checked{0};
+};
+
+/// Checks float patterns [first, last) (all non-negative, non-NaN, in increasing order) and
+/// their negatives.
+template <class T>
+void walk(const ref::value_table& t, std::uint32_t first, std::uint64_t last, result_counts<T>& out) {
+  constexpr std::size_t chunk = 1 << 16;
+  std::vector<float> pos(chunk), neg(chunk);
+  std::vector<T> bulk_pos(chunk), bulk_neg(chunk);
+  const std::uint64_t sign = t.f.sign_bit();
+  std::uint64_t idx = ref::lower_index(t, static_cast<double>(std::bit_cast<float>(first)));
+  std::uint64_t bad_s = 0, bad_b = 0, n_checked = 0;
+  for (std::uint64_t b0 = first; b0 < last; b0 += chunk) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, last - b0));
+    for (std::size_t i = 0; i < n; ++i) {
+      pos[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b0 + i));
+      neg[i] = -pos[i];
+    }
+    precis::convert(std::span<const float>(pos.data(), n), std::span<T>(bulk_pos.data(), n));
+    precis::convert(std::span<const float>(neg.data(), n), std::span<T>(bulk_neg.data(), n));
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = static_cast<double>(pos[i]);
+      std::uint64_t want;
+      if (x >= t.values.back()) {
+        want = t.f.inf_bits();
+      } else {
+        while (t.values[idx + 1] <= x) ++idx;
+        const double dlo = x - t.values[idx], dhi = t.values[idx + 1] - x;
+        const std::uint64_t pick = dlo < dhi ? idx : dhi < dlo ? idx + 1 : (idx % 2 == 0 ? idx : idx + 1);
+        want = pick == t.overflow_index() ? t.f.inf_bits() : pick;
+      }
+      const std::uint64_t sp = bits_of(precis::round_to<T>(pos[i]));
+      const std::uint64_t sn = bits_of(precis::round_to<T>(neg[i]));
+      bad_s += std::uint64_t{sp != want} + std::uint64_t{sn != (want | sign)};
+      bad_b += std::uint64_t{bits_of(bulk_pos[i]) != want} + std::uint64_t{bits_of(bulk_neg[i]) != (want | sign)};
+      if (bad_s + bad_b > 0 && bad_s + bad_b <= 4 && (sp != want || bits_of(bulk_pos[i]) != want)) {
+        ADD_FAILURE() << "x = " << std::hexfloat << x << " want 0x" << std::hex << want
+                      << " scalar 0x" << sp << " bulk 0x" << bits_of(bulk_pos[i]);
+      }
+    }
+    n_checked += 2 * n;
+  }
+  out.bad_scalar += bad_s;
+  out.bad_bulk += bad_b;
+  out.checked += n_checked;
+}
+
+/// NaN patterns: a quiet NaN with the sign and the leading payload bits.
+template <class T>
+void check_nans(int mant_bits, std::uint64_t sign_bit, std::uint64_t quiet_nan, result_counts<T>& out) {
+  constexpr std::size_t chunk = 1 << 16;
+  std::vector<float> src(chunk);
+  std::vector<T> bulk(chunk);
+  std::uint64_t bad = 0, n_checked = 0;
+  for (std::uint32_t s : {0u, 0x80000000u}) {
+    for (std::uint64_t b0 = 0x7f800001u; b0 <= 0x7fffffffu; b0 += chunk) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, 0x80000000u - b0));
+      for (std::size_t i = 0; i < n; ++i) src[i] = std::bit_cast<float>(static_cast<std::uint32_t>(b0 + i) | s);
+      precis::convert(std::span<const float>(src.data(), n), std::span<T>(bulk.data(), n));
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t m = (b0 + i) & 0x3fffff;  // payload below the quiet bit
+        const std::uint64_t want = (s ? sign_bit : 0) | quiet_nan | (m >> (23 - mant_bits));
+        bad += std::uint64_t{bits_of(precis::round_to<T>(src[i])) != want} + std::uint64_t{bits_of(bulk[i]) != want};
+      }
+      n_checked += n;
+    }
+  }
+  out.bad_scalar += bad;
+  out.checked += n_checked;
+}
+
+template <class T>
+void check_every_float() {
+  const ref::value_table t(spec<T>::f);
+  result_counts<T> counts;
+  const std::uint64_t end = 0x7f800001u;  // +0 .. +inf inclusive
+  const std::uint32_t mid = 0x3f800000u;
+  std::thread a([&] { walk<T>(t, 0, mid, counts); });
+  std::thread b([&] { walk<T>(t, mid, end, counts); });
+  a.join();
+  b.join();
+  check_nans<T>(t.f.M, t.f.sign_bit(), t.f.inf_bits() | (std::uint64_t{1} << (t.f.M - 1)), counts);
+  EXPECT_EQ(counts.checked.load(), std::uint64_t{1} << 32) << "every pattern visited once";
+  EXPECT_EQ(counts.bad_scalar.load(), 0u);
+  EXPECT_EQ(counts.bad_bulk.load(), 0u);
+}
+
+TEST(Exhaustive, EveryFloatToHalfNearestEven) { check_every_float<precis::half>(); }
+TEST(Exhaustive, EveryFloatToBfloat16NearestEven) { check_every_float<precis::bfloat16>(); }
+
+}  // namespace

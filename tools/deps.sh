@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs (as root) or names (otherwise) the Debian packages precis needs.
+# Usage: tools/deps.sh test|demo|bench
+# This file is the one place the package lists live.
+set -euo pipefail
+
+build_packages=(cmake make g++ libeigen3-dev libboost-dev)
+test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev)
+demo_packages=("${build_packages[@]}")
+bench_packages=("${build_packages[@]}" libbenchmark-dev)
+
+case "${1:-}" in
+  test) wanted=("${test_packages[@]}") ;;
+  demo) wanted=("${demo_packages[@]}") ;;
+  bench) wanted=("${bench_packages[@]}") ;;
+  *) echo "usage: $0 test|demo|bench" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${wanted[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -eq 0 ]]; then
+  echo "precis: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  $cmd
+else
+  echo "precis: missing system packages: ${missing[*]}" >&2
+  echo "precis: install them with:  sudo apt-get update && sudo $cmd" >&2
+  exit 1
+fi
