@@ -105,6 +105,36 @@ void check_every_float() {
   EXPECT_EQ(counts.bad_bulk.load(), 0u);
 }
 
+// 10^7 random source patterns per format (half float, half double; half uniformly random
+// bits, half spread over the format's exponent range) in every mode and overflow choice.
+template <class T>
+class RandomPatterns : public ::testing::Test {};
+using SmallFormats = ::testing::Types<precis::half, precis::bfloat16, precis::float8_e4m3,
+                                      precis::float8_e5m2, precis::tf32, precis::minifloat<3, 2>,
+                                      precis::minifloat<6, 4, precis::encoding::fn>>;
+TYPED_TEST_SUITE(RandomPatterns, SmallFormats);
+
+TYPED_TEST(RandomPatterns, TenMillionAgainstReference) {
+  const ref::value_table t(spec<TypeParam>::f);
+  const auto fl = random_points<float>(t.f, 5'000'000, 21);
+  const auto db = random_points<double>(t.f, 5'000'000, 22);
+  std::thread other([&] { expect_matches_reference<TypeParam>(db, t, deterministic_modes()); });
+  expect_matches_reference<TypeParam>(fl, t, deterministic_modes());
+  other.join();
+  // The bulk path on the same data.
+  for (precis::rounding mode : deterministic_modes()) {
+    for (precis::overflow ov : overflow_modes<TypeParam>()) {
+      std::vector<TypeParam> bulk(fl.size());
+      precis::convert(fl, bulk, mode, ov);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < fl.size(); ++i) {
+        bad += bits_of(bulk[i]) != bits_of(precis::round_to<TypeParam>(fl[i], mode, ov));
+      }
+      EXPECT_EQ(bad, 0u) << precis::to_string(mode) << "/" << precis::to_string(ov);
+    }
+  }
+}
+
 TEST(Exhaustive, EveryFloatToHalfNearestEven) { check_every_float<precis::half>(); }
 TEST(Exhaustive, EveryFloatToBfloat16NearestEven) { check_every_float<precis::bfloat16>(); }
 
