@@ -37,6 +37,15 @@ void convert_stochastic(const From* src, To* dst, std::size_t n, overflow ov, Ge
 }
 
 #if PRECIS_X86_SIMD
+template <layout L, rounding Mode, overflow Ov, class Bits>
+std::size_t encode_avx2_kernel(const float* src, Bits* dst, std::size_t n) {
+  if constexpr (L.exp_bits == 8 && L.enc == encoding::ieee) {
+    return encode_e8_from_float_avx2<L, Mode, Ov>(src, dst, n);
+  } else {
+    return encode_from_float_avx2<L, Mode, Ov>(src, dst, n);
+  }
+}
+
 template <layout L, rounding Mode, class Bits>
 std::size_t encode_avx2_dispatch_ov(const float* src, Bits* dst, std::size_t n, overflow ov) {
   switch (ov) {
@@ -45,12 +54,12 @@ std::size_t encode_avx2_dispatch_ov(const float* src, Bits* dst, std::size_t n, 
         if constexpr (L == layout{5, 10, encoding::ieee}) {
           return float_to_half_f16c<Mode>(src, reinterpret_cast<std::uint16_t*>(dst), n);
         } else {
-          return encode_from_float_avx2<L, Mode, overflow::infinity>(src, dst, n);
+          return encode_avx2_kernel<L, Mode, overflow::infinity>(src, dst, n);
         }
       }
       return 0;
-    case overflow::saturate: return encode_from_float_avx2<L, Mode, overflow::saturate>(src, dst, n);
-    case overflow::nan: return encode_from_float_avx2<L, Mode, overflow::nan>(src, dst, n);
+    case overflow::saturate: return encode_avx2_kernel<L, Mode, overflow::saturate>(src, dst, n);
+    case overflow::nan: return encode_avx2_kernel<L, Mode, overflow::nan>(src, dst, n);
   }
   return 0;
 }

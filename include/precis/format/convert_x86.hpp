@@ -129,6 +129,53 @@ PRECIS_TARGET_AVX2 std::size_t encode_from_float_avx2(const float* src, Bits* ds
   return i;
 }
 
+/// float -> a layout with float's 8-bit exponent (bf16, tf32): the target grid is float's grid
+/// with the low 23-M bits dropped in every binade, subnormals included, so rounding is one add
+/// and one shift (carries ripple into the exponent exactly as a rounding carry should).
+template <layout L, rounding Mode, overflow Ov, class Bits>
+PRECIS_TARGET_AVX2 std::size_t encode_e8_from_float_avx2(const float* src, Bits* dst, std::size_t n) {
+  static_assert(L.exp_bits == 8 && L.enc == encoding::ieee && Mode != rounding::stochastic);
+  constexpr int shift = 23 - L.mant_bits;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i exp_inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i ulp_minus_1 = _mm256_set1_epi32((1 << shift) - 1);
+  const __m256i half_minus_1 = _mm256_set1_epi32((1 << (shift - 1)) - 1);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i max_bits = _mm256_set1_epi32(static_cast<int>(L.max_bits()));
+  constexpr std::uint64_t ov_bits_u = Ov == overflow::infinity   ? L.inf_bits()
+                                      : Ov == overflow::saturate ? L.max_bits()
+                                                                 : L.nan_bits();
+  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(ov_bits_u));
+  const __m256i nan_bits = _mm256_set1_epi32(static_cast<int>(L.nan_bits()));
+  const __m256i payload_mask = _mm256_set1_epi32(0x3fffff);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i a = _mm256_and_si256(x, abs_mask);
+    __m256i r;
+    if constexpr (Mode == rounding::nearest_even) {
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, shift), one);
+      r = _mm256_add_epi32(a, _mm256_add_epi32(half_minus_1, odd));
+    } else if constexpr (Mode == rounding::toward_zero) {
+      r = a;
+    } else {
+      const __m256i neg = _mm256_srai_epi32(x, 31);
+      r = _mm256_add_epi32(a, Mode == rounding::upward ? _mm256_andnot_si256(neg, ulp_minus_1)
+                                                       : _mm256_and_si256(neg, ulp_minus_1));
+    }
+    __m256i bits = _mm256_srli_epi32(r, shift);
+    if constexpr (Ov != overflow::infinity) {
+      // Finite values that rounded past the largest finite one, and infinite sources.
+      bits = _mm256_blendv_epi8(bits, ov_bits, _mm256_cmpgt_epi32(bits, max_bits));
+    }
+    __m256i nan_val = _mm256_or_si256(nan_bits, _mm256_srli_epi32(_mm256_and_si256(a, payload_mask), shift));
+    bits = _mm256_blendv_epi8(bits, nan_val, _mm256_cmpgt_epi32(a, exp_inf));
+    bits = _mm256_or_si256(bits, _mm256_srli_epi32(_mm256_andnot_si256(abs_mask, x), shift));
+    store8(dst + i, bits);
+  }
+  return i;
+}
+
 /// float -> half with F16C's vcvtps2ph, which rounds in any of the four IEEE modes (the
 /// immediate selects it) and overflows to infinity exactly as IEEE 754 specifies.
 template <rounding Mode>
