@@ -15,8 +15,8 @@ struct detail::bit_format<Eigen::bfloat16> {
   static constexpr bool value = true;
   static constexpr detail::layout lay{8, 7, encoding::ieee};
   using bits_type = std::uint16_t;
-  static constexpr bits_type to_bits(Eigen::bfloat16 x) { return std::bit_cast<bits_type>(x); }
-  static constexpr Eigen::bfloat16 from_bits(bits_type b) {
+  static bits_type to_bits(Eigen::bfloat16 x) { return std::bit_cast<bits_type>(x); }
+  static Eigen::bfloat16 from_bits(bits_type b) {
     return std::bit_cast<Eigen::bfloat16>(b);
   }
 };

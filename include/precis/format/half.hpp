@@ -16,7 +16,7 @@ struct detail::bit_format<Eigen::half> {
   static constexpr bool value = true;
   static constexpr detail::layout lay{5, 10, encoding::ieee};
   using bits_type = std::uint16_t;
-  static constexpr bits_type to_bits(Eigen::half x) { return std::bit_cast<bits_type>(x); }
-  static constexpr Eigen::half from_bits(bits_type b) { return std::bit_cast<Eigen::half>(b); }
+  static bits_type to_bits(Eigen::half x) { return std::bit_cast<bits_type>(x); }
+  static Eigen::half from_bits(bits_type b) { return std::bit_cast<Eigen::half>(b); }
 };
 }  // namespace precis
