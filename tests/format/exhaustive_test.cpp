@@ -109,9 +109,6 @@ void check_every_float() {
 // bits, half spread over the format's exponent range) in every mode and overflow choice.
 template <class T>
 class RandomPatterns : public ::testing::Test {};
-using SmallFormats = ::testing::Types<precis::half, precis::bfloat16, precis::float8_e4m3,
-                                      precis::float8_e5m2, precis::tf32, precis::minifloat<3, 2>,
-                                      precis::minifloat<6, 4, precis::encoding::fn>>;
 TYPED_TEST_SUITE(RandomPatterns, SmallFormats);
 
 TYPED_TEST(RandomPatterns, TenMillionAgainstReference) {

@@ -15,9 +15,6 @@ using precis::rounding;
 
 template <class T>
 class RoundToSmall : public ::testing::Test {};
-using SmallFormats = ::testing::Types<precis::half, precis::bfloat16, precis::float8_e4m3,
-                                      precis::float8_e5m2, precis::tf32, precis::minifloat<3, 2>,
-                                      precis::minifloat<6, 4, precis::encoding::fn>>;
 TYPED_TEST_SUITE(RoundToSmall, SmallFormats);
 
 TYPED_TEST(RoundToSmall, StructuredPointsFromFloat) {

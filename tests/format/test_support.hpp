@@ -31,6 +31,11 @@ template <> struct spec<precis::minifloat<6, 4, precis::encoding::fn>> {
   static constexpr ref::ref_format f{6, 4, true};
 };
 
+/// Every small format under test (typed test suites).
+using SmallFormats = ::testing::Types<precis::half, precis::bfloat16, precis::float8_e4m3,
+                                      precis::float8_e5m2, precis::tf32, precis::minifloat<3, 2>,
+                                      precis::minifloat<6, 4, precis::encoding::fn>>;
+
 template <class T>
 std::uint64_t bits_of(const T& x) {
   if constexpr (sizeof(T) == 1) { std::uint8_t b; std::memcpy(&b, &x, 1); return b; }

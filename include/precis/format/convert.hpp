@@ -9,7 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
+#include <functional>
 #include <ranges>
 #include <span>
 #include <string>

@@ -35,6 +35,13 @@ constexpr bool avx2_encodable(layout l) {
   return l.exp_bits <= 8 && l.mant_bits <= 22 && fits_float(l);
 }
 
+/// The pattern a finite overflow (in a mode where IEEE gives infinity) or an infinite source
+/// becomes, as in encode_bits.
+template <layout L, overflow Ov>
+constexpr std::uint64_t overflow_pattern() {
+  return Ov == overflow::infinity ? L.inf_bits() : Ov == overflow::saturate ? L.max_bits() : L.nan_bits();
+}
+
 template <class Bits>
 PRECIS_TARGET_AVX2 inline void store8(Bits* dst, __m256i v) {
   if constexpr (sizeof(Bits) == 4) {
@@ -62,10 +69,7 @@ PRECIS_TARGET_AVX2 std::size_t encode_from_float_avx2(const float* src, Bits* ds
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i zero = _mm256_setzero_si256();
   const __m256i max_bits = _mm256_set1_epi32(static_cast<int>(L.max_bits()));
-  constexpr std::uint64_t ov_bits_u = Ov == overflow::infinity   ? L.inf_bits()
-                                      : Ov == overflow::saturate ? L.max_bits()
-                                                                 : L.nan_bits();
-  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(ov_bits_u));
+  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(overflow_pattern<L, Ov>()));
   const __m256i nan_bits = _mm256_set1_epi32(static_cast<int>(L.nan_bits()));
   const __m256i payload_mask = _mm256_set1_epi32(0x3fffff);
   // The target's normal range starts at float biased exponent emin + 127.
@@ -142,10 +146,7 @@ PRECIS_TARGET_AVX2 std::size_t encode_e8_from_float_avx2(const float* src, Bits*
   const __m256i half_minus_1 = _mm256_set1_epi32((1 << (shift - 1)) - 1);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i max_bits = _mm256_set1_epi32(static_cast<int>(L.max_bits()));
-  constexpr std::uint64_t ov_bits_u = Ov == overflow::infinity   ? L.inf_bits()
-                                      : Ov == overflow::saturate ? L.max_bits()
-                                                                 : L.nan_bits();
-  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(ov_bits_u));
+  const __m256i ov_bits = _mm256_set1_epi32(static_cast<int>(overflow_pattern<L, Ov>()));
   const __m256i nan_bits = _mm256_set1_epi32(static_cast<int>(L.nan_bits()));
   const __m256i payload_mask = _mm256_set1_epi32(0x3fffff);
   std::size_t i = 0;

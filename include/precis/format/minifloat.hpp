@@ -21,8 +21,6 @@ template <int ExpBits, int MantBits, encoding Enc = encoding::ieee>
 class minifloat {
   static_assert(ExpBits >= 2 && ExpBits <= 11, "minifloat: ExpBits must be in [2, 11]");
   static_assert(MantBits >= 1 && MantBits <= 52, "minifloat: MantBits must be in [1, 52]");
-  static_assert(Enc == encoding::ieee || MantBits >= 2 || ExpBits >= 2,
-                "minifloat: fn encoding needs room for a NaN pattern");
 
  public:
   static constexpr detail::layout layout{ExpBits, MantBits, Enc};

@@ -191,9 +191,8 @@ constexpr rounded round_significand(const split& s, int digits, std::int64_t emi
   std::uint64_t q = 0;
   std::uint64_t frac = 0;
   bool sticky = s.sticky;
-  if (shift <= 0) {
-    q = s.sig;  // cannot happen for digits <= 63, kept for completeness
-  } else if (shift < 64) {
+  // Callers guarantee digits <= 63, so shift >= 1.
+  if (shift < 64) {
     q = s.sig >> shift;
     frac = s.sig << (64 - shift);
   } else if (shift == 64) {
