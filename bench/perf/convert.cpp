@@ -39,47 +39,43 @@ constexpr precis::overflow overflow_for(bool has_inf) {
   return has_inf ? precis::overflow::infinity : precis::overflow::saturate;
 }
 
-template <class From, class To>
-void BM_precis_convert(benchmark::State& state) {
+/// Times `body(src, dst)` converting n = range(0) elements From -> To.
+template <class From, class To, class Body>
+void time_conversion(benchmark::State& state, Body body) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto src = source<From>(n);
   std::vector<To> dst(n);
-  constexpr auto ov = overflow_for(precis::format_traits<To>::has_infinity);
   for (auto _ : state) {
-    precis::convert(src, dst, precis::rounding::nearest_even, ov);
+    body(src, dst);
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
   set_bytes<From, To>(state, n);
+}
+
+template <class From, class To>
+void BM_precis_convert(benchmark::State& state) {
+  constexpr auto ov = overflow_for(precis::format_traits<To>::has_infinity);
+  time_conversion<From, To>(state, [](const std::vector<From>& src, std::vector<To>& dst) {
+    precis::convert(src, dst, precis::rounding::nearest_even, ov);
+  });
 }
 
 template <class From, class To>
 void BM_scalar_loop(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  const auto src = source<From>(n);
-  std::vector<To> dst(n);
   constexpr auto ov = overflow_for(precis::format_traits<To>::has_infinity);
-  for (auto _ : state) {
-    precis::detail::convert_scalar(src.data(), dst.data(), n, precis::rounding::nearest_even, ov);
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  set_bytes<From, To>(state, n);
+  time_conversion<From, To>(state, [](const std::vector<From>& src, std::vector<To>& dst) {
+    precis::detail::convert_scalar(src.data(), dst.data(), src.size(), precis::rounding::nearest_even, ov);
+  });
 }
 
 template <class From, class To>
 void BM_eigen_cast(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  const auto src = source<From>(n);
-  std::vector<To> dst(n);
-  const auto len = static_cast<Eigen::Index>(n);
-  for (auto _ : state) {
+  time_conversion<From, To>(state, [](const std::vector<From>& src, std::vector<To>& dst) {
+    const auto len = static_cast<Eigen::Index>(src.size());
     Eigen::Map<Eigen::Array<To, Eigen::Dynamic, 1>>(dst.data(), len) =
         Eigen::Map<const Eigen::Array<From, Eigen::Dynamic, 1>>(src.data(), len).template cast<To>();
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  set_bytes<From, To>(state, n);
+  });
 }
 
 template <class From, class To>

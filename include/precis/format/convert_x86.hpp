@@ -9,6 +9,7 @@
 
 #if PRECIS_X86_SIMD
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <array>
@@ -21,10 +22,20 @@
 
 namespace precis::detail {
 
+/// AVX2 and F16C present and their registers enabled by the OS (CPUID + XGETBV; Clang 14's
+/// __builtin_cpu_supports does not know "f16c").
 inline bool cpu_has_avx2_f16c() noexcept {
   static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u, osxsave = (c >> 27) & 1u;
+    if (!(f16c && avx && osxsave)) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 0x6u) != 0x6u) return false;  // XMM and YMM state saved by the OS
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return ((b >> 5) & 1u) != 0;  // AVX2
   }();
   return ok;
 }
