@@ -4,3 +4,4 @@
 #include "precis/config.hpp"
 #include "precis/error.hpp"
 #include "precis/format/format.hpp"
+#include "precis/tensor/all.hpp"

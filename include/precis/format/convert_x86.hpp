@@ -18,6 +18,8 @@
 
 #include "precis/format/detail/bit_format.hpp"
 
+// Functions compiled for AVX2/F16C/FMA whatever the translation unit's flags (also used by the
+// GEMM kernels); only called after a run-time CPU check.
 #define PRECIS_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
 
 namespace precis::detail {
@@ -262,6 +264,5 @@ PRECIS_TARGET_AVX2 std::size_t decode_to_float_avx2(const Bits* src, float* dst,
 
 }  // namespace precis::detail
 
-#undef PRECIS_TARGET_AVX2
 
 #endif  // PRECIS_X86_SIMD

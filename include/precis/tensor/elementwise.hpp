@@ -1,0 +1,303 @@
+// Element-wise maps with NumPy broadcasting. Each op loads its inputs' storage, computes in
+// the Compute type, and rounds once into the output storage.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <type_traits>
+
+#include "precis/error.hpp"
+#include "precis/format/convert.hpp"
+#include "precis/tensor/detail/strided_loop.hpp"
+#include "precis/tensor/tensor.hpp"
+
+namespace precis {
+
+/// Two operands share memory in a way that would make the result depend on evaluation order.
+class aliasing_error : public error {
+ public:
+  using error::error;
+};
+
+template <class T>
+struct tensor_traits : std::false_type {};
+template <class S, class C>
+struct tensor_traits<Tensor<S, C>> : std::true_type {
+  using storage_type = S;
+  using compute_type = C;
+};
+template <class S, class C>
+struct tensor_traits<TensorView<S, C>> : std::true_type {
+  using storage_type = std::remove_const_t<S>;
+  using compute_type = C;
+};
+
+/// A Tensor or a TensorView.
+template <class T>
+concept tensor_like = tensor_traits<std::remove_cvref_t<T>>::value;
+
+template <tensor_like T>
+using storage_of = typename tensor_traits<std::remove_cvref_t<T>>::storage_type;
+template <tensor_like T>
+using compute_of = typename tensor_traits<std::remove_cvref_t<T>>::compute_type;
+
+/// Read-only view of a Tensor or view.
+template <class S, class C>
+TensorView<const S, C> as_view(const Tensor<S, C>& t) { return t.view(); }
+template <class S, class C>
+TensorView<const std::remove_const_t<S>, C> as_view(const TensorView<S, C>& v) { return v; }
+
+/// Writable view of a Tensor or (non-const) view.
+template <class S, class C>
+TensorView<S, C> as_mutable_view(Tensor<S, C>& t) { return t.view(); }
+template <class S, class C>
+  requires(!std::is_const_v<S>)
+TensorView<S, C> as_mutable_view(const TensorView<S, C>& v) { return v; }
+
+namespace detail {
+
+/// Of two formats, one that holds every value of both (float or double when neither does).
+template <class A, class B>
+using promote_t = std::conditional_t<
+    converts_exactly<A, B>(), B,
+    std::conditional_t<converts_exactly<B, A>(), A,
+                       std::conditional_t<converts_exactly<A, float>() && converts_exactly<B, float>(),
+                                          float, double>>>;
+
+inline constexpr index_t chunk = 256;
+
+/// Loads `n` elements (stride `st`) as Compute into buf, or returns them in place when they
+/// already are a dense run of Compute.
+template <class C, class S>
+const C* load_run(const S* p, index_t n, index_t st, C* buf) {
+  if constexpr (std::is_same_v<S, C>) {
+    if (st == 1) return p;
+  }
+  if (st == 0) {
+    const C v = load<C>(*p);
+    for (index_t i = 0; i < n; ++i) buf[i] = v;
+  } else if (st == 1 && std::is_same_v<C, float> && !std::is_same_v<S, float>) {
+    convert_dispatch(p, reinterpret_cast<float*>(buf), static_cast<std::size_t>(n),
+                     rounding::nearest_even, overflow::infinity);
+  } else {
+    for (index_t i = 0; i < n; ++i) buf[i] = load<C>(p[i * st]);
+  }
+  return buf;
+}
+
+/// Rounds n Compute values into storage (stride `st`).
+template <class S, class C>
+void store_run(const C* buf, S* p, index_t n, index_t st) {
+  if (st == 1 && std::is_same_v<C, float> && !std::is_same_v<S, float>) {
+    convert_dispatch(reinterpret_cast<const float*>(buf), p, static_cast<std::size_t>(n),
+                     rounding::nearest_even, storage_overflow<S>);
+  } else {
+    for (index_t i = 0; i < n; ++i) p[i * st] = store<S>(buf[i]);
+  }
+}
+
+template <class OS, class OC, class... IS, class... IC>
+void check_map(const char* op, const TensorView<OS, OC>& out, const TensorView<IS, IC>&... in) {
+  Shape b = out.shape();
+  ((b = broadcast_shapes(b, in.shape(), op)), ...);
+  if (!(b == out.shape())) {
+    std::string shapes;
+    ((shapes += (shapes.empty() ? "" : ", ") + in.shape().str()), ...);
+    throw shape_error(std::string(op) + ": inputs of shapes " + shapes + " broadcast to " +
+                      b.str() + ", which does not fit the output of shape " + out.shape().str());
+  }
+  auto check_alias = [&](const auto& v) {
+    if (may_overlap(out, v) && !same_elements(out, v)) {
+      throw aliasing_error(std::string(op) + ": the output (shape " + out.shape().str() +
+                           ", strides " + out.strides().str() +
+                           ") partially overlaps an input (shape " + v.shape().str() +
+                           ", strides " + v.strides().str() +
+                           "); expected disjoint memory or exactly the same elements");
+    }
+  };
+  (check_alias(in), ...);
+}
+
+}  // namespace detail
+
+/// out[i] = f(in_1[i], ..., in_k[i]) with broadcasting, computed in C and rounded once into
+/// out's storage. The output may be one of the inputs (in-place) but must not partially
+/// overlap any of them.
+template <class C, class F, class OS, class OC, class... IS, class... IC>
+void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorView<IS, IC>&... in) {
+  static_assert(!std::is_const_v<OS>, "precis::map_into: the output view must be writable");
+  detail::check_map(op, out, in...);
+  constexpr std::size_t N = sizeof...(IS) + 1;
+  detail::strided_loop<N> loop;
+  loop.shape = out.shape();
+  loop.strides[0] = out.strides();
+  std::size_t k = 1;
+  ((loop.strides[k++] = in.broadcast_to(out.shape()).strides()), ...);
+  loop.coalesce();
+  const index_t total = out.size();
+  const auto inputs = std::forward_as_tuple(in...);
+  auto pieces = [&](index_t begin, index_t end) {
+    std::array<std::array<C, detail::chunk>, sizeof...(IS)> ibuf;
+    std::array<C, detail::chunk> obuf;
+    loop.run(begin, end, [&](const std::array<index_t, N>& off, index_t count,
+                             const std::array<index_t, N>& st) {
+      for (index_t c0 = 0; c0 < count; c0 += detail::chunk) {
+        const index_t n = std::min(detail::chunk, count - c0);
+        OS* dst = out.data() + off[0] + c0 * st[0];
+        C* o = obuf.data();
+        if constexpr (std::is_same_v<OS, C>) {
+          if (st[0] == 1) o = dst;
+        }
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
+              std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
+              ibuf[I].data())...};
+          for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+        }(std::make_index_sequence<sizeof...(IS)>{});
+        if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
+      }
+    });
+  };
+  detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15), pieces);
+}
+
+/// A new tensor holding f applied element-wise (with broadcasting) to the inputs.
+template <class OutS, class C, class F, class... IS, class... IC>
+Tensor<OutS, C> map(const char* op, F f, const TensorView<IS, IC>&... in) {
+  Shape s = Shape{};
+  bool first = true;
+  auto grow = [&](const Shape& x) {
+    s = first ? x : broadcast_shapes(s, x, op);
+    first = false;
+  };
+  (grow(in.shape()), ...);
+  Tensor<OutS, C> out(s);
+  map_into<C>(op, out.view(), f, in...);
+  return out;
+}
+
+namespace ops {
+
+// The scalar functions behind the element-wise ops; found by ADL for multiprecision types.
+struct add { template <class T> T operator()(const T& a, const T& b) const { return a + b; } };
+struct sub { template <class T> T operator()(const T& a, const T& b) const { return a - b; } };
+struct mul { template <class T> T operator()(const T& a, const T& b) const { return a * b; } };
+struct div { template <class T> T operator()(const T& a, const T& b) const { return a / b; } };
+struct neg { template <class T> T operator()(const T& a) const { return -a; } };
+struct abs { template <class T> T operator()(const T& a) const { using std::abs; return abs(a); } };
+struct exp { template <class T> T operator()(const T& a) const { using std::exp; return exp(a); } };
+struct log { template <class T> T operator()(const T& a) const { using std::log; return log(a); } };
+struct sqrt { template <class T> T operator()(const T& a) const { using std::sqrt; return sqrt(a); } };
+struct rsqrt {
+  template <class T> T operator()(const T& a) const { using std::sqrt; return T(1) / sqrt(a); }
+};
+struct tanh { template <class T> T operator()(const T& a) const { using std::tanh; return tanh(a); } };
+/// 1 / (1 + e^-x): e^-x overflows to +inf for very negative x, giving the correct limit 0.
+struct sigmoid {
+  template <class T> T operator()(const T& a) const { using std::exp; return T(1) / (T(1) + exp(-a)); }
+};
+/// max(x, 0), propagating NaN.
+struct relu { template <class T> T operator()(const T& a) const { return a < T(0) ? T(0) : a; } };
+/// The exact GELU, x Φ(x) = x (1 + erf(x / √2)) / 2 (Hendrycks & Gimpel 2016).
+struct gelu {
+  template <class T> T operator()(const T& a) const {
+    using std::erf;
+    using std::sqrt;
+    return T(0.5) * a * (T(1) + erf(a / sqrt(T(2))));
+  }
+};
+struct pow { template <class T> T operator()(const T& a, const T& b) const { using std::pow; return pow(a, b); } };
+/// Larger of the two, NaN if either is NaN (as torch.maximum).
+struct max {
+  template <class T> T operator()(const T& a, const T& b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a < b ? b : a;
+  }
+};
+struct min {
+  template <class T> T operator()(const T& a, const T& b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    return b < a ? b : a;
+  }
+};
+/// cond != 0 ? a : b.
+struct where {
+  template <class T> T operator()(const T& c, const T& a, const T& b) const { return c != T(0) ? a : b; }
+};
+
+}  // namespace ops
+
+namespace detail {
+template <class A, class B>
+using binary_result_t = Tensor<promote_t<storage_of<A>, storage_of<B>>,
+                               promote_t<compute_of<A>, compute_of<B>>>;
+}  // namespace detail
+
+#define PRECIS_UNARY_OP(name)                                                               \
+  template <tensor_like A>                                                                  \
+  Tensor<storage_of<A>, compute_of<A>> name(const A& a) {                                   \
+    return map<storage_of<A>, compute_of<A>>("precis::" #name, ops::name{}, as_view(a));    \
+  }                                                                                         \
+  template <tensor_like A, tensor_like Out>                                                 \
+  void name(const A& a, Out&& out) {                                                        \
+    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), ops::name{}, as_view(a)); \
+  }
+
+#define PRECIS_BINARY_OP(name)                                                                  \
+  template <tensor_like A, tensor_like B>                                                       \
+  detail::binary_result_t<A, B> name(const A& a, const B& b) {                                  \
+    using R = detail::binary_result_t<A, B>;                                                    \
+    return map<storage_of<R>, compute_of<R>>("precis::" #name, ops::name{}, as_view(a), as_view(b)); \
+  }                                                                                             \
+  template <tensor_like A, tensor_like B, tensor_like Out>                                      \
+  void name(const A& a, const B& b, Out&& out) {                                                \
+    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), ops::name{}, as_view(a), \
+                              as_view(b));                                                      \
+  }
+
+PRECIS_UNARY_OP(neg)
+PRECIS_UNARY_OP(abs)
+PRECIS_UNARY_OP(exp)
+PRECIS_UNARY_OP(log)
+PRECIS_UNARY_OP(sqrt)
+PRECIS_UNARY_OP(rsqrt)
+PRECIS_UNARY_OP(tanh)
+PRECIS_UNARY_OP(sigmoid)
+PRECIS_UNARY_OP(relu)
+PRECIS_UNARY_OP(gelu)
+PRECIS_BINARY_OP(add)
+PRECIS_BINARY_OP(sub)
+PRECIS_BINARY_OP(mul)
+PRECIS_BINARY_OP(div)
+PRECIS_BINARY_OP(pow)
+PRECIS_BINARY_OP(max)
+PRECIS_BINARY_OP(min)
+
+#undef PRECIS_UNARY_OP
+#undef PRECIS_BINARY_OP
+
+/// cond != 0 ? a : b element-wise, with broadcasting over all three.
+template <tensor_like Cond, tensor_like A, tensor_like B>
+detail::binary_result_t<A, B> where(const Cond& cond, const A& a, const B& b) {
+  using R = detail::binary_result_t<A, B>;
+  return map<storage_of<R>, compute_of<R>>("precis::where", ops::where{}, as_view(cond),
+                                           as_view(a), as_view(b));
+}
+
+template <tensor_like A, tensor_like B>
+auto operator+(const A& a, const B& b) { return add(a, b); }
+template <tensor_like A, tensor_like B>
+auto operator-(const A& a, const B& b) { return sub(a, b); }
+template <tensor_like A, tensor_like B>
+auto operator*(const A& a, const B& b) { return mul(a, b); }
+template <tensor_like A, tensor_like B>
+auto operator/(const A& a, const B& b) { return div(a, b); }
+template <tensor_like A>
+auto operator-(const A& a) { return neg(a); }
+
+}  // namespace precis

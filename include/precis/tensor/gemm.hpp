@@ -1,0 +1,288 @@
+// GEMM: C = alpha * A B + beta * C on 2-D tensors or views, accumulating in a named type:
+//   precis::gemm<float>(1.0f, A, B.transpose(), 0.0f, C);   // op(B) as a view
+//   auto C = precis::matmul<float>(A, B);
+//
+// BLIS-style: B is packed into kc x nc panels, A into mc x kc blocks (converted to the
+// accumulator type while packing, so the inner loop is pure FMA on any input format), and a
+// register-tile kernel walks the packed panels. Threads split the M blocks.
+//   Acc = float  : AVX2+FMA 6 x 16 tile; inputs float, half, bfloat16, fp8, tf32, minifloat.
+//   Acc = double : AVX2+FMA 6 x 8 tile.
+//   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, half, ...).
+// Error: every entry satisfies |C - fl(C)| <= gamma_K |A||B| in the accumulator's u (Higham,
+// eq. 3.12), plus one rounding into C's storage when that differs from Acc.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "precis/tensor/elementwise.hpp"
+#include "precis/tensor/gemm/kernel_avx2.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace precis {
+namespace detail {
+
+/// Register tile and cache blocks for one kernel. kc x nr of B stays in L1, mc x kc of A in L2,
+/// kc x nc of B in L3.
+struct gemm_blocking {
+  index_t mr, nr, mc, kc, nc;
+};
+
+template <class Acc>
+constexpr gemm_blocking blocking_for(bool simd) {
+  if (simd && std::is_same_v<Acc, float>) return {6, 16, 120, 256, 3072};
+  if (simd && std::is_same_v<Acc, double>) return {6, 8, 72, 256, 1536};
+  return {4, 4, 64, 128, 512};
+}
+
+/// Per-thread scratch that grows and is reused across calls (no allocation in steady state).
+template <class T, int Slot>
+T* scratch(std::size_t n) {
+  thread_local aligned_buffer<T> buf;
+  thread_local std::size_t cap = 0;
+  if (cap < n) {
+    buf = allocate_aligned<T>(n);
+    cap = n;
+  }
+  return buf.get();
+}
+
+/// Packs rows [0, mc) x cols [0, kc) of A (row stride rs, column stride cs) into mr-row
+/// panels interleaved by k, converted to Acc and zero-padded to a multiple of mr rows.
+template <class Acc, class S>
+void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t mr, Acc* dst,
+            Acc* row) {
+  for (index_t i0 = 0; i0 < mc; i0 += mr) {
+    Acc* panel = dst + i0 * kc;
+    const index_t rows = std::min(mr, mc - i0);
+    if (cs == 1 || rs != 1) {
+      // one row at a time (dense along k when A is row-major), spread into the panel
+      for (index_t r = 0; r < mr; ++r) {
+        if (r < rows) {
+          const Acc* x = load_run<Acc>(a + (i0 + r) * rs, kc, cs, row);
+          for (index_t p = 0; p < kc; ++p) panel[p * mr + r] = x[p];
+        } else {
+          for (index_t p = 0; p < kc; ++p) panel[p * mr + r] = Acc(0);
+        }
+      }
+    } else {
+      // column-major A (a transposed view): each k gives mr adjacent values
+      for (index_t p = 0; p < kc; ++p) {
+        const Acc* x = load_run<Acc>(a + i0 + p * cs, rows, 1, row);
+        for (index_t r = 0; r < mr; ++r) panel[p * mr + r] = r < rows ? x[r] : Acc(0);
+      }
+    }
+  }
+}
+
+/// Packs rows [0, kc) x cols [0, nc) of B into nr-column panels (kc x nr each, row-major),
+/// converted to Acc and zero-padded; panels [p0, p1) only, so threads can share the work.
+template <class Acc, class S>
+void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t nr, Acc* dst,
+            index_t p0, index_t p1, Acc* row) {
+  for (index_t pj = p0; pj < p1; ++pj) {
+    const index_t j0 = pj * nr;
+    const index_t cols = std::min(nr, nc - j0);
+    Acc* panel = dst + j0 * kc;
+    if (cs == 1 || rs != 1) {
+      for (index_t p = 0; p < kc; ++p) {
+        const Acc* x = load_run<Acc>(b + p * rs + j0 * cs, cols, cs, row);
+        for (index_t c = 0; c < nr; ++c) panel[p * nr + c] = c < cols ? x[c] : Acc(0);
+      }
+    } else {
+      // column-major B: each column is dense along k
+      for (index_t c = 0; c < nr; ++c) {
+        if (c < cols) {
+          const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
+          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = x[p];
+        } else {
+          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = Acc(0);
+        }
+      }
+    }
+  }
+}
+
+/// Portable register tile in Acc's own arithmetic (multiply, then add: no fused ops assumed).
+template <class Acc>
+void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t rs_c,
+                         index_t cs_c, index_t mr, index_t nr, const Acc& alpha, const Acc& beta) {
+  constexpr int R = 4;
+  Acc ab[R * R] = {};
+  for (auto& x : ab) x = Acc(0);
+  for (index_t p = 0; p < kc; ++p) {
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < R; ++j) ab[i * R + j] = ab[i * R + j] + a[p * R + i] * b[p * R + j];
+  }
+  for (index_t i = 0; i < mr; ++i) {
+    for (index_t j = 0; j < nr; ++j) {
+      Acc& cij = c[i * rs_c + j * cs_c];
+      const Acc t = alpha * ab[i * R + j];
+      cij = beta == Acc(0) ? t : t + beta * cij;
+    }
+  }
+}
+
+template <class Acc>
+using tile_kernel_fn = void (*)(index_t, const Acc*, const Acc*, Acc*, index_t, index_t, index_t,
+                                index_t, Acc, Acc);
+
+template <class Acc>
+void generic_tile_kernel_by_value(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t rs_c,
+                                  index_t cs_c, index_t mr, index_t nr, Acc alpha, Acc beta) {
+  generic_tile_kernel(kc, a, b, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+/// Which kernel runs for Acc on this CPU, and its blocking.
+template <class Acc>
+std::pair<tile_kernel_fn<Acc>, gemm_blocking> select_kernel() {
+#if PRECIS_X86_SIMD
+  if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
+    if (cpu_has_avx2_fma()) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
+  }
+#endif
+  return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};
+}
+
+/// C (Acc, any strides) = alpha * A B + beta * C for m x k A and k x n B of any storage.
+template <class Acc, class SA, class SB>
+void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t rsa,
+                  index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c,
+                  index_t rsc, index_t csc, int threads) {
+  if (m == 0 || n == 0) return;
+  const auto [kernel, bl] = select_kernel<Acc>();
+  if (k == 0) {  // C = beta * C, with beta == 0 writing zeros over whatever C held
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        Acc& x = c[i * rsc + j * csc];
+        x = beta == Acc(0) ? Acc(0) : beta * x;
+      }
+    return;
+  }
+  // M blocks: at most bl.mc rows, and at least one block per thread when M allows.
+  const index_t per_thread = (m + threads - 1) / threads;
+  const index_t mc = std::max(bl.mr, std::min(bl.mc, (per_thread + bl.mr - 1) / bl.mr * bl.mr));
+  const index_t m_blocks = (m + mc - 1) / mc;
+  const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
+  const index_t kc_max = std::min(bl.kc, k);
+  Acc* bp = scratch<Acc, 0>(static_cast<std::size_t>(kc_max * nc_max));
+  threads = static_cast<int>(std::min<index_t>(threads, m_blocks));
+
+  auto body = [&](int tid, int nthreads) {
+    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>(mc * kc_max));
+    Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max(kc_max, nc_max)));
+    for (index_t jc = 0; jc < n; jc += bl.nc) {
+      const index_t nc = std::min(bl.nc, n - jc);
+      const index_t panels = (nc + bl.nr - 1) / bl.nr;
+      for (index_t pc = 0; pc < k; pc += bl.kc) {
+        const index_t kc = std::min(bl.kc, k - pc);
+        const Acc beta_k = pc == 0 ? beta : Acc(1);
+        // all threads pack their share of the B panels, then wait for each other
+        pack_b<Acc>(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp,
+                    panels * tid / nthreads, panels * (tid + 1) / nthreads, row);
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+        for (index_t ib = tid; ib < m_blocks; ib += nthreads) {
+          const index_t ic = ib * mc;
+          const index_t mcb = std::min(mc, m - ic);
+          pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
+          for (index_t jr = 0; jr < nc; jr += bl.nr) {
+            const index_t nr = std::min(bl.nr, nc - jr);
+            for (index_t ir = 0; ir < mcb; ir += bl.mr) {
+              kernel(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * rsc + (jc + jr) * csc, rsc,
+                     csc, std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
+            }
+          }
+        }
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+      }
+    }
+  };
+#if defined(_OPENMP)
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
+    return;
+  }
+#endif
+  body(0, 1);
+}
+
+inline int default_gemm_threads(index_t m, index_t n, index_t k) {
+  // below ~1 MFLOP a second thread costs more than it saves
+  return threads_for(m * n * k, index_t{1} << 19);
+}
+
+template <class A, class B, class C>
+void check_gemm(const char* op, const A& a, const B& b, const C& c) {
+  if (a.rank() != 2 || b.rank() != 2 || c.rank() != 2 || a.shape()[1] != b.shape()[0] ||
+      c.shape()[0] != a.shape()[0] || c.shape()[1] != b.shape()[1]) {
+    throw shape_error(std::string(op) + ": A " + a.shape().str() + " times B " + b.shape().str() +
+                      " into C " + c.shape().str() +
+                      "; expected A [m, k], B [k, n] and C [m, n]");
+  }
+  if (may_overlap(c, a) || may_overlap(c, b)) {
+    throw aliasing_error(std::string(op) + ": C " + c.shape().str() +
+                         " shares memory with A or B; expected C disjoint from both");
+  }
+}
+
+}  // namespace detail
+
+/// C = alpha * A B + beta * C, products accumulated in Acc. A, B, C: 2-D tensors or views of
+/// any storage and strides (transpose with .transpose()); beta == 0 ignores C's old contents.
+/// `threads` <= 0 picks a count from the problem size (1 without OpenMP).
+template <class Acc, tensor_like A, tensor_like B, tensor_like Cm>
+void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, int threads = 0) {
+  const auto a = as_view(a_);
+  const auto b = as_view(b_);
+  const auto c = as_mutable_view(c_);
+  detail::check_gemm("precis::gemm", a, b, c);
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (threads <= 0) threads = detail::default_gemm_threads(m, n, k);
+  using SC = storage_of<Cm>;
+  if constexpr (std::is_same_v<SC, Acc>) {
+    detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                              b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
+                              c.strides()[1], threads);
+  } else {
+    // accumulate in an Acc workspace, then round once into C's storage
+    Tensor<Acc, Acc> w(Shape{m, n});
+    detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                              b.strides()[0], b.strides()[1], Acc(0), w.data(), n, index_t{1},
+                              threads);
+    for (index_t i = 0; i < m; ++i) {
+      for (index_t j = 0; j < n; ++j) {
+        SC& cij = c(i, j);
+        cij = beta == Acc(0) ? detail::store<SC>(w(i, j))
+                             : detail::store<SC>(w(i, j) + beta * detail::load<Acc>(cij));
+      }
+    }
+  }
+}
+
+/// A new tensor A B (storage: the promotion of A's and B's), accumulated in Acc.
+template <class Acc, tensor_like A, tensor_like B>
+auto matmul(const A& a, const B& b, int threads = 0) {
+  using R = detail::binary_result_t<A, B>;
+  const auto av = as_view(a);
+  const auto bv = as_view(b);
+  if (av.rank() != 2 || bv.rank() != 2) {
+    throw shape_error("precis::matmul: A " + av.shape().str() + " times B " + bv.shape().str() +
+                      "; expected 2-D tensors [m, k] and [k, n]");
+  }
+  R c(Shape{av.shape()[0], bv.shape()[1]});
+  gemm<Acc>(Acc(1), av, bv, Acc(0), c, threads);
+  return c;
+}
+
+}  // namespace precis

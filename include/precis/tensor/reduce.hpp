@@ -1,0 +1,362 @@
+// Reductions over one axis or over all elements, with the accumulator type and the summation
+// algorithm named at the call:
+//   precis::sum<double>(x, 1, precis::summation::compensated)
+// Error bounds (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., ch. 4), u the
+// accumulator's unit roundoff, S = sum |x_i|:
+//   recursive    |E| <= gamma_{n-1} S
+//   pairwise     |E| <= gamma_{ceil(log2 n)} S
+//   compensated  |E| <= (2u + O(n u^2)) S   (Kahan)
+// A wider accumulator is the recursive algorithm with a wider Acc.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "precis/tensor/elementwise.hpp"
+
+namespace precis {
+
+enum class summation { recursive, pairwise, compensated };
+
+constexpr const char* to_string(summation s) noexcept {
+  switch (s) {
+    case summation::recursive: return "recursive";
+    case summation::pairwise: return "pairwise";
+    case summation::compensated: return "compensated";
+  }
+  return "?";
+}
+
+namespace detail {
+
+/// Recursive summation s = (((x1 + x2) + x3) + ...).
+template <class Acc>
+struct recursive_sum {
+  Acc s{0};
+  void push(const Acc& x) { s = s + x; }
+  Acc result() const { return s; }
+};
+
+/// Kahan's compensated summation. Written without reassociation-sensitive shortcuts: it relies
+/// on the compiler keeping IEEE semantics (no -ffast-math).
+template <class Acc>
+struct compensated_sum {
+  Acc s{0}, c{0};
+  void push(const Acc& x) {
+    const Acc y = x - c;
+    const Acc t = s + y;
+    c = (t - s) - y;
+    s = t;
+  }
+  Acc result() const { return s; }
+};
+
+/// Pairwise summation, streamed: a binary counter of partial sums, where level b holds the sum
+/// of a complete block of 2^b consecutive elements. Each element takes part in at most
+/// ceil(log2 n) additions, the bound of the recursive halving algorithm.
+template <class Acc>
+struct pairwise_sum {
+  std::array<Acc, 64> level{};
+  std::uint64_t count = 0;
+  void push(Acc v) {
+    int b = 0;
+    for (std::uint64_t c = count; c & 1; c >>= 1, ++b) v = level[static_cast<std::size_t>(b)] + v;
+    level[static_cast<std::size_t>(b)] = std::move(v);
+    ++count;
+  }
+  /// Eight elements at once when count is a multiple of 8: the same tree as eight push() calls.
+  void push8(const Acc* x) {
+    Acc v = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+    int b = 3;
+    for (std::uint64_t c = count >> 3; c & 1; c >>= 1, ++b) v = level[static_cast<std::size_t>(b)] + v;
+    level[static_cast<std::size_t>(b)] = std::move(v);
+    count += 8;
+  }
+  /// Combines the remaining blocks smallest first.
+  Acc result() const {
+    Acc s{0};
+    bool any = false;
+    for (int b = 0; b < 64; ++b) {
+      if ((count >> b) & 1) {
+        s = any ? level[static_cast<std::size_t>(b)] + s : level[static_cast<std::size_t>(b)];
+        any = true;
+      }
+    }
+    return s;
+  }
+};
+
+/// Feeds n Acc values to a summer.
+template <class Summer, class Acc>
+void push_all(Summer& sm, const Acc* x, index_t n) {
+  index_t i = 0;
+  if constexpr (requires { sm.push8(x); }) {
+    while (i < n && (sm.count & 7) != 0) sm.push(x[i++]);
+    for (; i + 8 <= n; i += 8) sm.push8(x + i);
+  }
+  for (; i < n; ++i) sm.push(x[i]);
+}
+
+/// Sum of the n values (stride st) at p, loaded into Acc, with algorithm `alg`; `f` maps each
+/// loaded value first (identity for a plain sum).
+template <class Acc, class S, class F>
+Acc sum_fiber(const S* p, index_t n, index_t st, summation alg, F f) {
+  std::array<Acc, chunk> buf;
+  auto run = [&](auto& sm) {
+    for (index_t c0 = 0; c0 < n; c0 += chunk) {
+      const index_t m = std::min(chunk, n - c0);
+      const Acc* x = load_run<Acc>(p + c0 * st, m, st, buf.data());
+      if constexpr (!std::is_same_v<F, std::identity>) {
+        if (x != buf.data()) std::copy_n(x, m, buf.data());
+        for (index_t i = 0; i < m; ++i) buf[static_cast<std::size_t>(i)] = f(buf[static_cast<std::size_t>(i)]);
+        x = buf.data();
+      }
+      push_all(sm, x, m);
+    }
+    return sm.result();
+  };
+  switch (alg) {
+    case summation::recursive: { recursive_sum<Acc> sm; return run(sm); }
+    case summation::pairwise: { pairwise_sum<Acc> sm; return run(sm); }
+    case summation::compensated: { compensated_sum<Acc> sm; return run(sm); }
+  }
+  throw invalid_argument("precis::sum: unknown summation algorithm");
+}
+
+/// True for finite values; works for any arithmetic type (inf - inf and NaN - NaN are NaN).
+template <class T>
+bool is_finite(const T& x) { return x - x == T(0); }
+
+/// max (or min) of n values, NaN if any is NaN.
+template <class Acc, class S, bool Max>
+Acc extreme_fiber(const S* p, index_t n, index_t st) {
+  Acc m = load<Acc>(p[0]);
+  for (index_t i = 1; i < n && m == m; ++i) {
+    const Acc x = load<Acc>(p[i * st]);
+    if (x != x) return x;
+    if (Max ? m < x : x < m) m = x;
+  }
+  return m;
+}
+
+/// Calls fn(in_ptr, out_ptr, out_stride_along_axis) for every fiber along `axis`; the output
+/// view has either the input's shape (same_shape) or the shape with `axis` removed.
+template <class S, class C, class OS, class OC, class Fn>
+void for_each_fiber(const TensorView<const S, C>& x, int axis, const TensorView<OS, OC>& out,
+                    bool same_shape, Fn fn) {
+  strided_loop<2> loop;
+  loop.shape = x.shape().erased(axis);
+  loop.strides[0] = x.strides().erased(axis);
+  loop.strides[1] = same_shape ? out.strides().erased(axis) : out.strides();
+  const index_t out_axis_stride = same_shape ? out.strides()[axis] : 0;
+  loop.coalesce();
+  const index_t fibers = loop.shape.numel();
+  const index_t work = fibers * x.shape()[axis];
+  parallel_ranges(fibers, fibers > 1 ? threads_for(work, index_t{1} << 15) : 1,
+                  [&](index_t b, index_t e) {
+                    loop.run(b, e, [&](const std::array<index_t, 2>& off, index_t count,
+                                       const std::array<index_t, 2>& st) {
+                      for (index_t i = 0; i < count; ++i)
+                        fn(x.data() + off[0] + i * st[0], out.data() + off[1] + i * st[1],
+                           out_axis_stride);
+                    });
+                  });
+}
+
+template <class OutS, class Acc, class X, class Fiber>
+auto reduce_axis(const char* op, const X& xx, int axis, Fiber fiber) {
+  const auto x = as_view(xx);
+  const int a = normalize_axis(axis, x.rank(), op);
+  if (x.shape()[a] == 0) {
+    throw shape_error(std::string(op) + ": axis " + std::to_string(a) + " of shape " +
+                      x.shape().str() + " is empty; expected at least one element to reduce");
+  }
+  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
+  Tensor<O, default_compute_t<O>> out(x.shape().erased(a));
+  const index_t n = x.shape()[a], st = x.strides()[a];
+  for_each_fiber(x, a, out.view(), false, [&](const auto* p, O* o, index_t) {
+    *o = store<O>(fiber(p, n, st));
+  });
+  return out;
+}
+
+template <class OutS, class Acc, class X, class Fiber>
+auto reduce_all(const char* op, const X& xx, Fiber fiber) {
+  const auto x = as_view(xx);
+  if (x.empty()) {
+    throw shape_error(std::string(op) + ": tensor of shape " + x.shape().str() +
+                      " is empty; expected at least one element to reduce");
+  }
+  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
+  Tensor<O, default_compute_t<O>> out(Shape{});
+  if (x.is_contiguous()) {
+    out.data()[0] = store<O>(fiber(x.data(), x.size(), index_t{1}));
+  } else {
+    const auto dense = to_tensor(x);
+    out.data()[0] = store<O>(fiber(dense.data(), dense.size(), index_t{1}));
+  }
+  return out;
+}
+
+/// 2^k with k chosen so that max_abs * 2^k is near 1, limited to powers Acc can hold.
+template <class Acc>
+Acc norm_scale(const Acc& max_abs) {
+  int e = 0;
+  (void)std::frexp(static_cast<double>(load<double>(max_abs)), &e);
+  const int lo = format_traits<Acc>::emin, hi = format_traits<Acc>::emax;
+  const int k = std::min(std::max(-e, lo), hi);
+  return load<Acc>(std::ldexp(1.0, k));
+}
+
+/// Euclidean norm, scaled by a power of two (exact) so the squares neither overflow nor
+/// underflow (as LAPACK's nrm2).
+template <class Acc, class S>
+Acc norm2_fiber(const S* p, index_t n, index_t st, summation alg) {
+  Acc amax{0};
+  for (index_t i = 0; i < n; ++i) {
+    using std::abs;
+    const Acc v = abs(load<Acc>(p[i * st]));
+    if (v != v) return v;
+    if (amax < v) amax = v;
+  }
+  if (amax == Acc(0) || !is_finite(amax)) return amax;
+  const Acc scale = norm_scale(amax);
+  using std::sqrt;
+  const Acc ssq = sum_fiber<Acc>(p, n, st, alg, [&](const Acc& v) { const Acc y = v * scale; return y * y; });
+  return sqrt(ssq) / scale;
+}
+
+/// log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the maximum, in Acc.
+template <class Acc, class S>
+Acc logsumexp_fiber(const S* p, index_t n, index_t st, summation alg) {
+  const Acc m = extreme_fiber<Acc, S, true>(p, n, st);
+  if (!is_finite(m)) return m;  // NaN, +inf, or -inf (all elements -inf)
+  using std::exp;
+  using std::log;
+  return m + log(sum_fiber<Acc>(p, n, st, alg, [&](const Acc& v) { return exp(v - m); }));
+}
+
+}  // namespace detail
+
+/// Sum along `axis` (Out: the result's storage; void keeps the input's).
+template <class Acc, class Out = void, tensor_like X>
+auto sum(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::reduce_axis<Out, Acc>("precis::sum", x, axis, [alg](const auto* p, index_t n, index_t st) {
+    return detail::sum_fiber<Acc>(p, n, st, alg, std::identity{});
+  });
+}
+/// Sum of all elements (a rank-0 tensor).
+template <class Acc, class Out = void, tensor_like X>
+auto sum(const X& x, summation alg = summation::pairwise) {
+  return detail::reduce_all<Out, Acc>("precis::sum", x, [alg](const auto* p, index_t n, index_t st) {
+    return detail::sum_fiber<Acc>(p, n, st, alg, std::identity{});
+  });
+}
+
+template <class Acc, class Out = void, tensor_like X>
+auto mean(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::reduce_axis<Out, Acc>("precis::mean", x, axis, [alg](const auto* p, index_t n, index_t st) {
+    return detail::sum_fiber<Acc>(p, n, st, alg, std::identity{}) / Acc(static_cast<double>(n));
+  });
+}
+template <class Acc, class Out = void, tensor_like X>
+auto mean(const X& x, summation alg = summation::pairwise) {
+  return detail::reduce_all<Out, Acc>("precis::mean", x, [alg](const auto* p, index_t n, index_t st) {
+    return detail::sum_fiber<Acc>(p, n, st, alg, std::identity{}) / Acc(static_cast<double>(n));
+  });
+}
+
+/// Largest element along `axis` (NaN if any is NaN). Exact, so no accumulator is named.
+template <tensor_like X>
+auto max(const X& x, int axis) {
+  using C = compute_of<X>;
+  return detail::reduce_axis<void, C>("precis::max", x, axis, [](const auto* p, index_t n, index_t st) {
+    return detail::extreme_fiber<C, storage_of<X>, true>(p, n, st);
+  });
+}
+template <tensor_like X>
+auto min(const X& x, int axis) {
+  using C = compute_of<X>;
+  return detail::reduce_axis<void, C>("precis::min", x, axis, [](const auto* p, index_t n, index_t st) {
+    return detail::extreme_fiber<C, storage_of<X>, false>(p, n, st);
+  });
+}
+template <tensor_like X>
+auto max(const X& x) {
+  using C = compute_of<X>;
+  return detail::reduce_all<void, C>("precis::max", x, [](const auto* p, index_t n, index_t st) {
+    return detail::extreme_fiber<C, storage_of<X>, true>(p, n, st);
+  });
+}
+template <tensor_like X>
+auto min(const X& x) {
+  using C = compute_of<X>;
+  return detail::reduce_all<void, C>("precis::min", x, [](const auto* p, index_t n, index_t st) {
+    return detail::extreme_fiber<C, storage_of<X>, false>(p, n, st);
+  });
+}
+
+/// Euclidean norm along `axis`, or of all elements.
+template <class Acc, class Out = void, tensor_like X>
+auto norm2(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::reduce_axis<Out, Acc>("precis::norm2", x, axis, [alg](const auto* p, index_t n, index_t st) {
+    return detail::norm2_fiber<Acc>(p, n, st, alg);
+  });
+}
+template <class Acc, class Out = void, tensor_like X>
+auto norm2(const X& x, summation alg = summation::pairwise) {
+  return detail::reduce_all<Out, Acc>("precis::norm2", x, [alg](const auto* p, index_t n, index_t st) {
+    return detail::norm2_fiber<Acc>(p, n, st, alg);
+  });
+}
+
+/// log(sum(exp(x))) along `axis`, stable for any range of inputs.
+template <class Acc, class Out = void, tensor_like X>
+auto logsumexp(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::reduce_axis<Out, Acc>("precis::logsumexp", x, axis, [alg](const auto* p, index_t n, index_t st) {
+    return detail::logsumexp_fiber<Acc>(p, n, st, alg);
+  });
+}
+
+namespace detail {
+
+template <class Acc, bool Log, class X>
+auto softmax_impl(const char* op, const X& xx, int axis, summation alg) {
+  const auto x = as_view(xx);
+  const int a = normalize_axis(axis, x.rank(), op);
+  using S = storage_of<X>;
+  Tensor<S, compute_of<X>> out(x.shape());
+  const index_t n = x.shape()[a], st = x.strides()[a];
+  if (n == 0) return out;
+  for_each_fiber(x, a, out.view(), true, [&](const S* p, S* o, index_t ost) {
+    using std::exp;
+    using std::log;
+    const Acc m = extreme_fiber<Acc, S, true>(p, n, st);
+    const Acc s = sum_fiber<Acc>(p, n, st, alg, [&](const Acc& v) { return exp(v - m); });
+    const Acc ls = log(s);
+    for (index_t i = 0; i < n; ++i) {
+      const Acc d = load<Acc>(p[i * st]) - m;
+      o[i * ost] = store<S>(Log ? d - ls : exp(d) / s);
+    }
+  });
+  return out;
+}
+
+}  // namespace detail
+
+/// exp(x - max) / sum(exp(x - max)) along `axis`, sums in Acc.
+template <class Acc, tensor_like X>
+auto softmax(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::softmax_impl<Acc, false>("precis::softmax", x, axis, alg);
+}
+/// x - logsumexp(x) along `axis`.
+template <class Acc, tensor_like X>
+auto log_softmax(const X& x, int axis, summation alg = summation::pairwise) {
+  return detail::softmax_impl<Acc, true>("precis::log_softmax", x, axis, alg);
+}
+
+}  // namespace precis
