@@ -124,7 +124,7 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
       W::storeu(ci + L, t1);
     }
   } else {
-    alignas(32) T ab[6 * 2 * L];
+    alignas(32) T ab[std::size_t{12} * L];
     for (int i = 0; i < 6; ++i) {
       W::storeu(ab + i * 2 * L, rows[i][0]);
       W::storeu(ab + i * 2 * L + L, rows[i][1]);

@@ -1,0 +1,172 @@
+// Element-wise maps: every op against a reference computed far wider and rounded once.
+#include <functional>
+#include <string>
+
+#include "support.hpp"
+
+using namespace precis;
+using namespace tensor_test;
+
+namespace {
+
+/// Reference for the library functions (100 digits: ample for any format under test).
+using ref_t = boost::multiprecision::cpp_bin_float_100;
+
+template <class S>
+class Elementwise : public ::testing::Test {};
+TYPED_TEST_SUITE(Elementwise, StorageFormats);
+
+template <class S>
+ref_t ref_of(const S& x) {
+  return detail::load<ref_t>(x);
+}
+template <class S>
+exact_t exact_of(const S& x) {
+  return detail::load<exact_t>(x);
+}
+
+/// Exactly rounded ops: computing in Compute and rounding once equals rounding the exact
+/// result once (Compute has >= 2t+2 bits for every small format; IEEE for float/double;
+/// cpp_bin_float is correctly rounded).
+template <class S, class Op, class Ref>
+void expect_exact_binary(const char* name, Op op, Ref ref, double lo, double hi) {
+  const auto a = random_tensor<S>({64, 8}, lo, hi, 1);
+  const auto b = random_tensor<S>({64, 8}, lo, hi, 2);
+  const auto r = op(a, b);
+  ASSERT_EQ(r.shape(), a.shape());
+  for (index_t i = 0; i < a.size(); ++i) {
+    // exact_t has > 2t+2 bits for every S, so rounding its result again is innocuous
+    const S want = from_exact<S>(exact_t(ref(exact_of(a.data()[i]), exact_of(b.data()[i]))));
+    ASSERT_EQ(exact_of(r.data()[i]), exact_of(want)) << name << " at " << i;
+  }
+}
+
+/// Ops evaluated through library functions: within u_S + k u_C relative of the true value,
+/// k the number of roundings and 1-ulp library calls in the formula, plus S's smallest
+/// subnormal for results that underflow.
+template <class S, class Op, class Ref>
+void expect_close_unary(const char* name, Op op, Ref ref, double lo, double hi, int k) {
+  using C = default_compute_t<S>;
+  const auto a = random_tensor<S>({200}, lo, hi, 3);
+  const auto r = op(a);
+  // Boost.Multiprecision's elementary functions carry no ulp guarantee (1.5-11 ulp seen at
+  // 50 digits): for those the check is that the math ran in the 50-digit type (within 2^-150,
+  // far beyond double), not an ulp count.
+  const ref_t tol = format_traits<C>::digits > 64
+                        ? ref_t(std::ldexp(1.0, -150))
+                        : ref_t(unit_roundoff<S>()) + ref_t(k) * ref_t(unit_roundoff<C>());
+  const ref_t tiny = ref_t(format_traits<S>::min_subnormal());
+  for (index_t i = 0; i < a.size(); ++i) {
+    const ref_t want = ref(ref_of(a.data()[i]));
+    const ref_t got = ref_of(r.data()[i]);
+    using boost::multiprecision::abs;
+    ASSERT_LE(abs(got - want), tol * abs(want) + tiny)
+        << name << "(" << ref_of(a.data()[i]) << "): got " << got << ", want " << want;
+  }
+}
+
+}  // namespace
+
+TYPED_TEST(Elementwise, ExactlyRoundedOps) {
+  using S = TypeParam;
+  expect_exact_binary<S>("add", [](auto& a, auto& b) { return a + b; }, std::plus<>{}, -4, 4);
+  expect_exact_binary<S>("sub", [](auto& a, auto& b) { return sub(a, b); }, std::minus<>{}, -4, 4);
+  expect_exact_binary<S>("mul", [](auto& a, auto& b) { return a * b; }, std::multiplies<>{}, -4, 4);
+  expect_exact_binary<S>("div", [](auto& a, auto& b) { return a / b; }, std::divides<>{}, 0.5, 4);
+  expect_exact_binary<S>("max", [](auto& a, auto& b) { return max(a, b); },
+                         [](const exact_t& x, const exact_t& y) { return x < y ? y : x; }, -4, 4);
+  expect_exact_binary<S>("min", [](auto& a, auto& b) { return min(a, b); },
+                         [](const exact_t& x, const exact_t& y) { return y < x ? y : x; }, -4, 4);
+  expect_exact_binary<S>("sqrt", [](auto& a, auto&) { return sqrt(a); },
+                         [](const exact_t& x, const exact_t&) { return exact_t(sqrt(x)); }, 0, 8);
+  expect_exact_binary<S>("neg", [](auto& a, auto&) { return -a; },
+                         [](const exact_t& x, const exact_t&) { return exact_t(-x); }, -4, 4);
+  expect_exact_binary<S>("abs", [](auto& a, auto&) { return abs(a); },
+                         [](const exact_t& x, const exact_t&) { return exact_t(abs(x)); }, -4, 4);
+  expect_exact_binary<S>("relu", [](auto& a, auto&) { return relu(a); },
+                         [](const exact_t& x, const exact_t&) { return x < 0 ? exact_t(0) : x; }, -4, 4);
+}
+
+TYPED_TEST(Elementwise, LibraryFunctionOps) {
+  using S = TypeParam;
+  using boost::multiprecision::erf;
+  expect_close_unary<S>("exp", [](auto& a) { return exp(a); }, [](const ref_t& x) { return ref_t(exp(x)); }, -4, 4, 2);
+  expect_close_unary<S>("log", [](auto& a) { return log(a); }, [](const ref_t& x) { return ref_t(log(x)); }, 0.01, 100, 2);
+  expect_close_unary<S>("tanh", [](auto& a) { return tanh(a); }, [](const ref_t& x) { return ref_t(tanh(x)); }, -3, 3, 2);
+  expect_close_unary<S>("rsqrt", [](auto& a) { return rsqrt(a); }, [](const ref_t& x) { return ref_t(1 / sqrt(x)); }, 0.01, 100, 2);
+  // 1/(1+e^-x): exp 2 u, add u, divide u; the add's error is damped by e^-x/(1+e^-x) <= 1
+  expect_close_unary<S>("sigmoid", [](auto& a) { return sigmoid(a); }, [](const ref_t& x) { return ref_t(1 / (1 + exp(-x))); }, -6, 6, 4);
+  // x (1 + erf(x/sqrt2)) / 2 on x >= 0 (no cancellation): sqrt, divide, erf (2 u), add, 2 muls
+  expect_close_unary<S>("gelu", [](auto& a) { return gelu(a); }, [](const ref_t& x) { return ref_t(x * (1 + erf(x / sqrt(ref_t(2)))) / 2); }, 0, 3, 7);
+}
+
+TYPED_TEST(Elementwise, PowWhereAndBroadcasting) {
+  using S = TypeParam;
+  using C = default_compute_t<S>;
+  Tensor<S> a({3, 1, 4}), b({2, 1});
+  fill_uniform(a, 0.5, 2.0, 5);
+  fill_uniform(b, -2.0, 2.0, 6);
+  const auto p = pow(a, b);
+  ASSERT_EQ(p.shape(), (Shape{3, 2, 4}));
+  const ref_t tol = ref_t(unit_roundoff<S>()) + 4 * ref_t(unit_roundoff<C>());
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 2; ++j)
+      for (index_t k = 0; k < 4; ++k) {
+        const ref_t want = pow(ref_of(a(i, 0, k)), ref_of(b(j, 0)));
+        ASSERT_LE(abs(ref_of(p(i, j, k)) - want), tol * want);
+      }
+  Tensor<S> cond({3, 1, 1});
+  cond(1, 0, 0) = detail::store<S>(C(1));
+  const auto w = where(cond, a, a * a);
+  ASSERT_EQ(w.shape(), (Shape{3, 1, 4}));
+  EXPECT_EQ(ref_of(w(1, 0, 2)), ref_of(a(1, 0, 2)));
+  EXPECT_EQ(ref_of(w(0, 0, 2)), ref_of(detail::store<S>(detail::load<C>(a(0, 0, 2)) * detail::load<C>(a(0, 0, 2)))));
+}
+
+TEST(ElementwiseMisc, StridedOperandsAndInPlace) {
+  Tensor<float> m({5, 7});
+  fill_uniform(m, -1, 1, 9);
+  const auto mt = Tensor<float>(m.transpose());
+  const auto s = add(m.transpose(), mt);  // strided + dense
+  for (index_t i = 0; i < 7; ++i)
+    for (index_t j = 0; j < 5; ++j) EXPECT_EQ(s(i, j), 2 * m(j, i));
+  Tensor<float> x({1000});
+  fill_uniform(x, -1, 1, 10);
+  const Tensor<float> x0 = x;
+  mul(x, x, x);  // exactly aliased output: fine
+  for (index_t i = 0; i < 1000; ++i) EXPECT_EQ(x(i), x0(i) * x0(i));
+  // partial overlap would read values already overwritten: rejected
+  EXPECT_THROW(add(x.slice(0, 0, 999), x.slice(0, 0, 999), x.slice(0, 1, 1000)), aliasing_error);
+  Tensor<float> out({3});
+  EXPECT_THROW(add(Tensor<float>({4}), Tensor<float>({4}), out), shape_error);
+}
+
+TEST(ElementwiseMisc, PromotionAndNaN) {
+  Tensor<half> h({2});
+  Tensor<bfloat16> b({2});
+  static_assert(std::is_same_v<decltype(h + b), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(h + Tensor<float>({2})), Tensor<float>>);
+  static_assert(std::is_same_v<decltype(Tensor<float8_e4m3>({2}) + h), Tensor<half>>);
+  static_assert(std::is_same_v<decltype(Tensor<float>({2}) + Tensor<double>({2})), Tensor<double>>);
+  Tensor<float> a({2}), c({2});
+  a(0) = std::nanf("");
+  c(1) = std::nanf("");
+  EXPECT_TRUE(std::isnan(max(a, c)(0)));
+  EXPECT_TRUE(std::isnan(min(a, c)(1)));
+  EXPECT_TRUE(std::isnan(relu(a)(0)));
+  Tensor<float> big({1});
+  big(0) = -200.0f;
+  EXPECT_EQ(sigmoid(big)(0), 0.0f);
+}
+
+TEST(ElementwiseMisc, LargeThreadedMatchesSmallChunks) {
+  // > the threading threshold: same values as element-by-element scalar evaluation
+  Tensor<bfloat16> a({1 << 17}), b({1 << 17});
+  fill_normal(a, 0, 1, 11);
+  fill_normal(b, 0, 1, 12);
+  const auto r = a * b + a;
+  for (index_t i = 0; i < a.size(); i += 97) {
+    const float prod = static_cast<float>(bfloat16(static_cast<float>(a(i)) * static_cast<float>(b(i))));
+    EXPECT_EQ(static_cast<float>(r(i)), static_cast<float>(bfloat16(prod + static_cast<float>(a(i)))));
+  }
+}

@@ -1,0 +1,147 @@
+// GEMM: every input format and accumulator against an exact reference, within
+// gamma_K |A||B| in the accumulator's unit roundoff (Higham eq. 3.12), on ragged shapes,
+// transposed views, alpha/beta, and across thread counts.
+#include <tuple>
+
+#include "support.hpp"
+
+using namespace precis;
+using namespace tensor_test;
+
+namespace {
+
+/// Checks C = alpha A B + beta C0 entry by entry: |C - exact| <= bound, where the bound is
+/// gamma_{K+2} (|alpha| |A||B| + |beta| |C0|) in Acc's u (K products and sums, the alpha and beta
+/// terms), plus input rounding when A or B is wider than Acc, plus one rounding into C's storage.
+template <class Acc, class VA, class VB, class SC>
+void expect_gemm_within_bound(double alpha, const VA& a, const VB& b, double beta,
+                              const Tensor<SC>& c0, const Tensor<SC>& c) {
+  using SA = storage_of<VA>;
+  using SB = storage_of<VB>;
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  exact_t g = gamma<Acc>(k + 2);
+  if (!detail::converts_exactly<SA, Acc>() || !detail::converts_exactly<SB, Acc>()) {
+    g = g + 2 * exact_t(unit_roundoff<Acc>()) * (1 + g);
+  }
+  const exact_t uc = std::is_same_v<SC, Acc> ? exact_t(0) : exact_t(unit_roundoff<SC>());
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      exact_t dot = 0, mag = 0;
+      for (index_t p = 0; p < k; ++p) {
+        const exact_t t = to_exact(a(i, p)) * to_exact(b(p, j));
+        dot += t;
+        mag += abs(t);
+      }
+      const exact_t want = exact_t(alpha) * dot + (beta == 0 ? exact_t(0) : exact_t(beta) * to_exact(c0(i, j)));
+      const exact_t scale = abs(exact_t(alpha)) * mag + abs(exact_t(beta)) * abs(beta == 0 ? exact_t(0) : to_exact(c0(i, j)));
+      const exact_t err = abs(to_exact(c(i, j)) - want);
+      ASSERT_LE(err, g * scale * (1 + uc) + uc * abs(want) + exact_t(format_traits<SC>::min_subnormal()))
+          << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n
+          << " A=" << format_traits<SA>::name << " Acc=" << format_traits<Acc>::name;
+    }
+}
+
+template <class S, class Acc, class SC = Acc>
+void run_case(index_t m, index_t k, index_t n, bool ta, bool tb, double alpha, double beta, int threads) {
+  // stored transposed when ta/tb, so op(A) is a strided view
+  const auto a_store = random_tensor<S>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 7 + k));
+  const auto b_store = random_tensor<S>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 11 + k));
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  auto c0 = random_tensor<SC>({m, n}, -1, 1, 99);
+  auto c = c0;
+  gemm<Acc>(Acc(alpha), a, b, Acc(beta), c, threads);
+  expect_gemm_within_bound<Acc>(alpha, a, b, beta, c0, c);
+}
+
+template <class S>
+class Gemm : public ::testing::Test {};
+TYPED_TEST_SUITE(Gemm, StorageFormats);
+
+}  // namespace
+
+TYPED_TEST(Gemm, FloatAccumulatorRaggedAndTransposed) {
+  using S = TypeParam;
+  if constexpr (std::is_same_v<S, mp50>) {
+    GTEST_SKIP() << "multiprecision inputs accumulate in their own type (next test)";
+  } else {
+    for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 260, 9}, {20, 40, 35}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) run_case<S, float>(m, k, n, ta, tb, 1.0, 0.0, 1);
+    }
+    run_case<S, float>(30, 40, 20, false, false, -0.75, 0.5, 2);
+    run_case<S, float, S>(13, 70, 20, false, true, 1.0, 0.25, 1);  // C in the input format
+  }
+}
+
+TYPED_TEST(Gemm, WideAndGenericAccumulators) {
+  using S = TypeParam;
+  run_case<S, double>(13, 130, 11, false, true, 1.5, -1.0, 1);
+  run_case<S, mp50>(9, 33, 6, true, false, 1.0, 0.0, 1);
+  if constexpr (!std::is_same_v<S, mp50> && !std::is_same_v<S, double>) {
+    // accumulating in a 16-bit format through the generic kernel
+    if constexpr (!std::is_same_v<S, float>) run_case<S, half, float>(6, 10, 5, false, false, 1.0, 0.0, 1);
+  }
+}
+
+TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
+  const auto a = random_tensor<bfloat16>({301, 517}, -1, 1, 1);
+  const auto b = random_tensor<bfloat16>({517, 259}, -1, 1, 2);
+  Tensor<float> c1({301, 259}), c2({301, 259});
+  gemm<float>(1.0f, a, b, 0.0f, c1, 1);
+  gemm<float>(1.0f, a, b, 0.0f, c2, 2);
+  EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin()));
+}
+
+TEST(GemmSemantics, BetaZeroIgnoresNaNAndEmptyK) {
+  Tensor<float> a({3, 0}), b({0, 4}), c({3, 4});
+  for (float& x : c) x = std::nanf("");
+  gemm<float>(1.0f, a, b, 0.0f, c);  // K = 0, beta = 0: C = 0
+  for (float x : c) EXPECT_EQ(x, 0.0f);
+  for (float& x : c) x = 2.0f;
+  gemm<float>(1.0f, a, b, 0.5f, c);  // K = 0: C = beta C
+  for (float x : c) EXPECT_EQ(x, 1.0f);
+  const auto a2 = random_tensor<float>({3, 6}, -1, 1, 3);
+  const auto b2 = random_tensor<float>({6, 4}, -1, 1, 4);
+  for (float& x : c) x = std::nanf("");
+  gemm<float>(1.0f, a2, b2, 0.0f, c);
+  for (float x : c) EXPECT_FALSE(std::isnan(x));
+  const auto p = matmul<double>(a2, b2);
+  static_assert(std::is_same_v<decltype(p), const Tensor<float>>);
+  EXPECT_EQ(p.shape(), (Shape{3, 4}));
+}
+
+TEST(GemmErrors, ShapesAndAliasing) {
+  Tensor<float> a({3, 4}), b({5, 2}), c({3, 2});
+  try {
+    gemm<float>(1.0f, a, b, 0.0f, c);
+    FAIL();
+  } catch (const shape_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("precis::gemm"), std::string::npos);
+    EXPECT_NE(msg.find("[3, 4]"), std::string::npos);
+    EXPECT_NE(msg.find("[5, 2]"), std::string::npos);
+  }
+  EXPECT_THROW(matmul<float>(Tensor<float>({2, 3, 4}), b), shape_error);
+  Tensor<float> sq({4, 4});
+  EXPECT_THROW(gemm<float>(1.0f, sq, sq, 0.0f, sq), aliasing_error);
+  EXPECT_THROW(gemm<float>(1.0f, sq.slice(0, 0, 2), sq.slice(0, 0, 4), 0.0f, sq.slice(0, 2, 4)), aliasing_error);
+}
+
+TEST(GemmLarge, BlockedPathsAgainstDoubleReference) {
+  // several K blocks (kc = 256) and N blocks, fp16 inputs: compare with an fp64 GEMM of the
+  // same (exactly converted) inputs, within gamma_K in fp32 plus gamma_K in fp64
+  const index_t m = 150, k = 700, n = 3100;
+  const auto a = random_tensor<half>({m, k}, -1, 1, 5);
+  const auto b = random_tensor<half>({k, n}, -1, 1, 6);
+  Tensor<float> c({m, n});
+  gemm<float>(1.0f, a, b, 0.0f, c);
+  const auto ref = matmul<double>(astype<double>(a), astype<double>(b));
+  const double g = k * std::ldexp(1.0, -24) / (1 - k * std::ldexp(1.0, -24)) + 1e-12;
+  for (index_t i = 0; i < m; i += 7)
+    for (index_t j = 0; j < n; j += 13) {
+      double mag = 0;
+      for (index_t p = 0; p < k; ++p) mag += std::abs(double(static_cast<float>(a(i, p))) * static_cast<float>(b(p, j)));
+      ASSERT_LE(std::abs(c(i, j) - ref(i, j)), g * mag) << i << "," << j;
+    }
+}
