@@ -6,6 +6,8 @@
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
 // register-tile kernel walks the packed panels. Threads split the M blocks.
 //   Acc = float  : AVX2+FMA 6 x 16 tile; inputs float, half, bfloat16, fp8, tf32, minifloat.
+//                  (float x float -> float goes to Eigen's product when the translation unit
+//                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
 //   Acc = double : AVX2+FMA 6 x 8 tile.
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, half, ...).
 // Error: every entry satisfies |C - fl(C)| <= gamma_K |A||B| in the accumulator's u (Higham,
@@ -17,6 +19,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <Eigen/Core>
 
 #include "precis/tensor/elementwise.hpp"
 #include "precis/tensor/gemm/kernel_avx2.hpp"
@@ -217,6 +221,36 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   body(0, 1);
 }
 
+// Eigen's float/double product, when this translation unit lets Eigen use AVX2+FMA: measured
+// faster than precis's tile kernel there (docs/benchmarks.md). Without those flags Eigen falls
+// back to SSE2 and precis's run-time-dispatched AVX2 kernel is ~2x faster, so it is used instead.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(PRECIS_NO_EIGEN_GEMM)
+#define PRECIS_EIGEN_GEMM 1
+#else
+#define PRECIS_EIGEN_GEMM 0
+#endif
+
+#if PRECIS_EIGEN_GEMM
+template <class T>
+void eigen_gemm(index_t m, index_t n, index_t k, T alpha, const T* a, index_t rsa, index_t csa,
+                const T* b, index_t rsb, index_t csb, T beta, T* c, index_t rsc, index_t csc,
+                int threads) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Str = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+  Eigen::Map<const Mat, Eigen::Unaligned, Str> A(a, m, k, Str(rsa, csa)), B(b, k, n, Str(rsb, csb));
+  Eigen::Map<Mat, Eigen::Unaligned, Str> C(c, m, n, Str(rsc, csc));
+  const int saved = Eigen::nbThreads();
+  Eigen::setNbThreads(threads);
+  if (beta == T(0)) {
+    C.noalias() = alpha * (A * B);
+  } else {
+    C *= beta;
+    C.noalias() += alpha * (A * B);
+  }
+  Eigen::setNbThreads(saved);
+}
+#endif
+
 inline int default_gemm_threads(index_t m, index_t n, index_t k) {
   // below ~1 MFLOP a second thread costs more than it saves
   return threads_for(m * n * k, index_t{1} << 19);
@@ -250,6 +284,18 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, 
   const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   if (threads <= 0) threads = detail::default_gemm_threads(m, n, k);
   using SC = storage_of<Cm>;
+#if PRECIS_EIGEN_GEMM
+  if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) &&
+                std::is_same_v<storage_of<A>, Acc> && std::is_same_v<storage_of<B>, Acc> &&
+                std::is_same_v<SC, Acc>) {
+    if (k > 0) {
+      detail::eigen_gemm<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                              b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
+                              c.strides()[1], threads);
+      return;
+    }
+  }
+#endif
   if constexpr (std::is_same_v<SC, Acc>) {
     detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
                               b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],

@@ -82,6 +82,7 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
   using W = avx2_vec<T>;
   using V = typename W::V;
   constexpr int L = W::lanes;
+  for (int i = 0; i < 6; ++i) _mm_prefetch(reinterpret_cast<const char*>(c + i * rs_c), _MM_HINT_T0);
   V c00 = W::zero(), c01 = W::zero(), c10 = W::zero(), c11 = W::zero(), c20 = W::zero(),
     c21 = W::zero(), c30 = W::zero(), c31 = W::zero(), c40 = W::zero(), c41 = W::zero(),
     c50 = W::zero(), c51 = W::zero();

@@ -1,0 +1,143 @@
+// GEMM speed: precis::gemm for each input format against, in the same run, Eigen's product of
+// the same type (fp8 has none: compare with Eigen's fp32 row; Eigen's 16-bit products
+// accumulate in 16 bits and run scalar, so they are timed only up to 512) and the
+// machine's practical peaks (a register-only FMA loop, and the register-tile kernel on
+// L1-resident panels, which adds the loads every GEMM needs). Counter GFLOP/s = 2mnk / time.
+// bench/ratios.py --gemm turns the JSON into the table in docs/benchmarks.md.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <precis/precis.hpp>
+
+#include "gemm_eigen_baseline.hpp"
+
+#if PRECIS_X86_SIMD
+#include <immintrin.h>
+#endif
+
+namespace {
+
+void set_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iter * 1e-9 * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+}
+
+// Shapes: square n, or the demo MLP's forward layers at batch 128 (M x K x N).
+struct shape {
+  long m, k, n;
+};
+shape shape_of(const benchmark::State& state) {
+  const long id = state.range(0);
+  if (id > 0) return {id, id, id};
+  static constexpr shape mlp[] = {{128, 784, 256}, {128, 256, 128}, {128, 128, 10}};
+  return mlp[-id - 1];
+}
+
+template <class S, class Acc>
+void BM_precis_gemm(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  const int threads = static_cast<int>(state.range(1));
+  precis::Tensor<S> a({m, k}), b({k, n});
+  precis::Tensor<Acc> c({m, n});
+  precis::fill_uniform(a, -1, 1, 1);
+  precis::fill_uniform(b, -1, 1, 2);
+  for (auto _ : state) {
+    precis::gemm<Acc>(Acc(1), a, b, Acc(0), c, threads);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
+/// Eigen's product of T.
+template <class T>
+void BM_eigen_gemm(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  const int threads = static_cast<int>(state.range(1));
+  precis::Tensor<T> a({m, k}), b({k, n}), c({m, n});
+  precis::fill_uniform(a, -1, 1, 1);
+  precis::fill_uniform(b, -1, 1, 2);
+  for (auto _ : state) {
+    eigen_baseline::product<T>(a.data(), b.data(), c.data(), m, k, n, threads);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
+#if PRECIS_X86_SIMD
+/// 12 independent FMA chains in registers, no memory operands: the FMA pipes' ceiling.
+template <class T>
+PRECIS_TARGET_AVX2 void BM_peak_fma(benchmark::State& state) {
+  using W = precis::detail::avx2_vec<T>;
+  using V = typename W::V;
+  const V x = W::set1(T(0.999999)), y = W::set1(T(1e-7));
+  V c0 = x, c1 = x, c2 = x, c3 = x, c4 = x, c5 = x, c6 = x, c7 = x, c8 = x, c9 = x, c10 = x, c11 = x;
+  constexpr long inner = 1 << 16;
+  for (auto _ : state) {
+    for (long i = 0; i < inner; ++i) {
+      c0 = W::fma(c0, x, y); c1 = W::fma(c1, x, y); c2 = W::fma(c2, x, y); c3 = W::fma(c3, x, y);
+      c4 = W::fma(c4, x, y); c5 = W::fma(c5, x, y); c6 = W::fma(c6, x, y); c7 = W::fma(c7, x, y);
+      c8 = W::fma(c8, x, y); c9 = W::fma(c9, x, y); c10 = W::fma(c10, x, y); c11 = W::fma(c11, x, y);
+    }
+    benchmark::DoNotOptimize(c0); benchmark::DoNotOptimize(c1); benchmark::DoNotOptimize(c2);
+    benchmark::DoNotOptimize(c3); benchmark::DoNotOptimize(c4); benchmark::DoNotOptimize(c5);
+    benchmark::DoNotOptimize(c6); benchmark::DoNotOptimize(c7); benchmark::DoNotOptimize(c8);
+    benchmark::DoNotOptimize(c9); benchmark::DoNotOptimize(c10); benchmark::DoNotOptimize(c11);
+  }
+  set_flops(state, 2.0 * 12 * W::lanes * double(inner));
+}
+
+/// precis's register-tile kernel alone on L1-resident packed panels (kc = 256): the ceiling
+/// once the tile's loads are paid, before any packing or cache misses.
+template <class T>
+void BM_tile_kernel(benchmark::State& state) {
+  using W = precis::detail::avx2_vec<T>;
+  constexpr long kc = 256, nr = 2 * W::lanes;
+  auto a = precis::detail::allocate_aligned<T>(6 * kc);
+  auto b = precis::detail::allocate_aligned<T>(nr * kc);
+  for (long i = 0; i < 6 * kc; ++i) a[static_cast<std::size_t>(i)] = T(1e-3);
+  for (long i = 0; i < nr * kc; ++i) b[static_cast<std::size_t>(i)] = T(1e-3);
+  alignas(64) T c[std::size_t{6} * nr] = {};
+  for (auto _ : state) {
+    precis::detail::avx2_tile_kernel<T>(kc, a.get(), b.get(), c, nr, 1, 6, nr, T(1), T(1));
+    benchmark::DoNotOptimize(c);
+  }
+  set_flops(state, 2.0 * 6 * double(nr) * kc);
+}
+
+BENCHMARK_TEMPLATE(BM_peak_fma, float);
+BENCHMARK_TEMPLATE(BM_peak_fma, double);
+BENCHMARK_TEMPLATE(BM_tile_kernel, float);
+BENCHMARK_TEMPLATE(BM_tile_kernel, double);
+#endif
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (long t : {1, 2}) {
+    for (long n : {256, 512, 1024, 2048}) b->Args({n, t});
+    for (long id : {-1, -2, -3}) b->Args({id, t});
+  }
+  b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+void small_sizes(benchmark::internal::Benchmark* b) {
+  for (long t : {1, 2}) {
+    for (long n : {256, 512}) b->Args({n, t});
+    for (long id : {-1, -2, -3}) b->Args({id, t});
+  }
+  b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_TEMPLATE(BM_precis_gemm, float, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_eigen_gemm, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm, double, double)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_eigen_gemm, double)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::bfloat16)->Apply(small_sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::half)->Apply(small_sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm, precis::float8_e4m3, float)->Apply(sizes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
