@@ -20,9 +20,16 @@ demo:
 bench:
 	tools/deps.sh bench
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
-	cmake --build --preset release -j $(JOBS) --target bench_convert
-	./build/release/bench/perf/bench_convert --benchmark_repetitions=5 \
-	  --benchmark_report_aggregates_only=true
+	cmake --build --preset release -j $(JOBS) --target bench_convert bench_gemm bench_elementwise bench_reduce
+	mkdir -p build/bench
+	for b in convert gemm elementwise reduce; do \
+	  ./build/release/bench/perf/bench_$$b --benchmark_repetitions=5 \
+	    --benchmark_report_aggregates_only=true --benchmark_format=json > build/bench/$$b.json || exit 1; \
+	done
+	python3 bench/ratios.py build/bench/convert.json
+	python3 bench/ratios.py --gemm build/bench/gemm.json
+	python3 bench/ratios.py --stream build/bench/elementwise.json
+	python3 bench/ratios.py --stream build/bench/reduce.json
 
 asan:
 	tools/deps.sh test

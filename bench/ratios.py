@@ -1,24 +1,34 @@
 #!/usr/bin/env python3
-"""Ratio table from Google Benchmark JSON (run with --benchmark_repetitions=N and
---benchmark_format=json). For every conversion, the median bytes/s of precis::convert divided
-by the medians of the baselines measured in the same run."""
+"""Tables from Google Benchmark JSON (run with --benchmark_repetitions=N and
+--benchmark_format=json); medians of the repetitions, ratios against baselines measured in the
+same run.
+
+  ratios.py convert.json             conversion table (precis::convert vs scalar, memcpy, Eigen)
+  ratios.py --gemm gemm.json         GEMM GFLOP/s vs Eigen and vs the measured FMA peak
+  ratios.py --stream bench.json      element-wise / reduction GB/s vs memcpy of the same bytes
+"""
 import json
 import re
 import sys
 from collections import defaultdict
 
 
-def main(path):
+def medians(path, field):
     runs = json.load(open(path))["benchmarks"]
     med = {}
     for r in runs:
         if r.get("aggregate_name") == "median":
-            med[r["run_name"]] = r["bytes_per_second"]
+            med[r["run_name"]] = r[field]
     if not med:  # single repetition
         for r in runs:
-            med[r["name"]] = r["bytes_per_second"]
+            if field in r:
+                med[r["name"]] = r[field]
+    return med
+
+
+def convert_table(path):
     table = defaultdict(dict)
-    for name, bps in med.items():
+    for name, bps in medians(path, "bytes_per_second").items():
         m = re.match(r"BM_(\w+?)<(.+?), (.+?)>/(\d+)", name)
         if m:
             kind, src, dst, n = m.groups()
@@ -37,5 +47,79 @@ def main(path):
               f"{gb('eigen_cast')} | {ratio('scalar_loop')} | {ratio('memcpy')} | {ratio('eigen_cast')} |")
 
 
+MLP = {"-1": "128x784x256", "-2": "128x256x128", "-3": "128x128x10"}
+
+
+def gemm_table(path):
+    med = medians(path, "GFLOP/s")
+    peak32 = med.get("BM_peak_fma<float>")
+    peak64 = med.get("BM_peak_fma<double>")
+    tile32 = med.get("BM_tile_kernel<float>")
+    tile64 = med.get("BM_tile_kernel<double>")
+    print(f"Measured ceilings (1 core): fp32 FMA peak {peak32:.1f} GFLOP/s, fp64 {peak64:.1f}; "
+          f"precis tile kernel on L1-resident panels: fp32 {tile32:.1f} "
+          f"({100 * tile32 / peak32:.0f}% of peak), fp64 {tile64:.1f} ({100 * tile64 / peak64:.0f}%).\n")
+    rows = defaultdict(dict)
+    for name, g in med.items():
+        m = re.match(r"BM_(precis|eigen)_gemm<(.+?)>/n:(-?\d+)/threads:(\d+)", name)
+        if not m:
+            continue
+        who, types, n, t = m.groups()
+        src = types.split(",")[0].replace("precis::", "").strip()
+        rows[(n, int(t))][(who, src)] = g
+    cols = [("float", peak32), ("double", peak64), ("bfloat16", peak32), ("half", peak32),
+            ("float8_e4m3", peak32)]
+    head = "| shape | threads |"
+    for src, _ in cols:
+        head += f" {src} precis | Eigen | % peak |"
+    print(head)
+    print("|---|---|" + "---|---|---|" * len(cols))
+
+    def key(kv):
+        n, t = kv[0]
+        return (t, int(n) < 0, abs(int(n)))
+
+    for (n, t), row in sorted(rows.items(), key=key):
+        shape = MLP.get(n, f"{n}^3")
+        line = f"| {shape} | {t} |"
+        for src, peak in cols:
+            p = row.get(("precis", src))
+            e = row.get(("eigen", src))
+            line += f" {p:.1f} |" if p else " - |"
+            line += f" {e:.1f} |" if e else " - |"
+            line += f" {100 * p / (peak * t):.0f}% |" if p and peak else " - |"
+        print(line)
+
+
+def stream_table(path):
+    med = medians(path, "bytes_per_second")
+    memcpy = {int(n.split("/")[1]): v for n, v in med.items() if n.startswith("BM_memcpy/")}
+    print("| kernel | n | GB/s | memcpy GB/s (same bytes) | ratio |")
+    print("|---|---|---|---|---|")
+    for name, bps in sorted(med.items()):
+        if name.startswith("BM_memcpy"):
+            continue
+        m = re.match(r"BM_(\w+)<(.+?)>/(\d+)", name)
+        if not m:
+            continue
+        kind, types, n = m.groups()
+        n = int(n)
+        # the bytes one iteration moves, to find the memcpy baseline of the same size
+        elem = {"float": 4, "double": 8, "precis::half": 2, "precis::bfloat16": 2}[types.split(",")[0].strip()]
+        arrays = {"add": 3, "relu": 2, "exp": 2, "bias_add": 2}.get(kind, 1)
+        nbytes = n * elem * arrays
+        copy_bytes = nbytes // 2 if arrays > 1 else nbytes  # memcpy of b bytes moves 2b (elementwise) / reads b (reduce)
+        base = memcpy.get(copy_bytes)
+        ratio = f"{bps / base:.2f}" if base else "-"
+        print(f"| {kind}<{types.replace('precis::', '')}> | {n} | {bps / 1e9:.1f} | "
+              f"{base / 1e9:.1f} | {ratio} |" if base else
+              f"| {kind}<{types.replace('precis::', '')}> | {n} | {bps / 1e9:.1f} | - | - |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--gemm":
+        gemm_table(sys.argv[2])
+    elif sys.argv[1] == "--stream":
+        stream_table(sys.argv[2])
+    else:
+        convert_table(sys.argv[1])

@@ -7,7 +7,7 @@ set -euo pipefail
 build_packages=(cmake make g++ libeigen3-dev libboost-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev)
 demo_packages=("${build_packages[@]}")
-bench_packages=("${build_packages[@]}" libbenchmark-dev)
+bench_packages=("${build_packages[@]}" libbenchmark-dev python3)
 
 case "${1:-}" in
   test) wanted=("${test_packages[@]}") ;;

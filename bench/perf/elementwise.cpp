@@ -87,7 +87,7 @@ BENCHMARK_TEMPLATE(BM_exp, float) PRECIS_SIZES;
 BENCHMARK_TEMPLATE(BM_bias_add, float) PRECIS_SIZES;
 // memcpy of the byte counts above: 2^16 and 2^24 floats (3/2 of them for a binary op's traffic),
 // and the 16-bit equivalents
-BENCHMARK(BM_memcpy)->Arg(2 << 16)->Arg(4 << 16)->Arg(6 << 16)->Arg(2 << 24)->Arg(4 << 24)->Arg(6 << 24)->UseRealTime();
+BENCHMARK(BM_memcpy)->Arg(2 << 16)->Arg(3 << 16)->Arg(4 << 16)->Arg(6 << 16)->Arg(2 << 24)->Arg(3 << 24)->Arg(4 << 24)->Arg(6 << 24)->UseRealTime();
 
 }  // namespace
 

@@ -1,5 +1,5 @@
-// Eigen's own products, compiled in this translation unit with -mavx2 -mfma (see
-// CMakeLists.txt) so the baseline uses Eigen's best kernels on this CPU, not its SSE2 default.
+// Eigen's own products, compiled with -mavx2 -mfma (see CMakeLists.txt) so the baseline uses
+// Eigen's best kernels on this CPU, not its SSE2 default.
 #include "gemm_eigen_baseline.hpp"
 
 #include <Eigen/Core>
