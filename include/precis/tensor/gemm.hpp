@@ -4,7 +4,7 @@
 //
 // BLIS-style: B is packed into kc x nc panels, A into mc x kc blocks (converted to the
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
-// register-tile kernel walks the packed panels. Threads split the M blocks.
+// register-tile kernel walks the packed panels. Threads split the rows in whole panels.
 //   Acc = float  : AVX2+FMA 6 x 16 tile; inputs float, half, bfloat16, fp8, tf32, minifloat.
 //                  (float x float -> float goes to Eigen's product when the translation unit
 //                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
@@ -169,18 +169,19 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
       }
     return;
   }
-  // M blocks: at most bl.mc rows, and at least one block per thread when M allows.
-  const index_t per_thread = (m + threads - 1) / threads;
-  const index_t mc = std::max(bl.mr, std::min(bl.mc, (per_thread + bl.mr - 1) / bl.mr * bl.mr));
-  const index_t m_blocks = (m + mc - 1) / mc;
+  // Each thread owns a contiguous range of whole mr-row panels (balanced to one panel), cut
+  // into blocks of at most bl.mc rows: no thread idles on a leftover block.
+  const index_t m_panels = (m + bl.mr - 1) / bl.mr;
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   const index_t kc_max = std::min(bl.kc, k);
   Acc* bp = scratch<Acc, 0>(static_cast<std::size_t>(kc_max * nc_max));
-  threads = static_cast<int>(std::min<index_t>(threads, m_blocks));
+  threads = static_cast<int>(std::min<index_t>(threads, m_panels));
 
   auto body = [&](int tid, int nthreads) {
-    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>(mc * kc_max));
+    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>(bl.mc * kc_max));
     Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max(kc_max, nc_max)));
+    const index_t r0 = m_panels * tid / nthreads * bl.mr;
+    const index_t r1 = std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
     for (index_t jc = 0; jc < n; jc += bl.nc) {
       const index_t nc = std::min(bl.nc, n - jc);
       const index_t panels = (nc + bl.nr - 1) / bl.nr;
@@ -193,9 +194,8 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
 #if defined(_OPENMP)
 #pragma omp barrier
 #endif
-        for (index_t ib = tid; ib < m_blocks; ib += nthreads) {
-          const index_t ic = ib * mc;
-          const index_t mcb = std::min(mc, m - ic);
+        for (index_t ic = r0; ic < r1; ic += bl.mc) {
+          const index_t mcb = std::min(bl.mc, r1 - ic);
           pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
           for (index_t jr = 0; jr < nc; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
