@@ -14,7 +14,7 @@ namespace detail {
 template <class To, class ToC, class X, class Conv>
 Tensor<To, ToC> astype_impl(const X& x_, Conv conv) {
   const auto x = as_view(x_);
-  Tensor<To, ToC> out(x.shape());
+  auto out = Tensor<To, ToC>::uninitialized(x.shape());
   if (x.is_contiguous()) {
     conv(std::span<const storage_of<X>>(x.data(), static_cast<std::size_t>(x.size())),
          std::span<To>(out.data(), static_cast<std::size_t>(out.size())));

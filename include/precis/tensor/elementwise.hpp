@@ -12,6 +12,7 @@
 #include "precis/error.hpp"
 #include "precis/format/convert.hpp"
 #include "precis/tensor/detail/strided_loop.hpp"
+#include "precis/tensor/detail/vexp.hpp"
 #include "precis/tensor/tensor.hpp"
 
 namespace precis {
@@ -155,7 +156,11 @@ void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorVi
           const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
               std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
               ibuf[I].data())...};
-          for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+          if constexpr (requires { f.bulk(o, src[I]..., n); }) {
+            f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
+          } else {
+            for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+          }
         }(std::make_index_sequence<sizeof...(IS)>{});
         if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
       }
@@ -174,7 +179,7 @@ Tensor<OutS, C> map(const char* op, F f, const TensorView<IS, IC>&... in) {
     first = false;
   };
   (grow(in.shape()), ...);
-  Tensor<OutS, C> out(s);
+  auto out = Tensor<OutS, C>::uninitialized(s);
   map_into<C>(op, out.view(), f, in...);
   return out;
 }
@@ -188,7 +193,11 @@ struct mul { template <class T> T operator()(const T& a, const T& b) const { ret
 struct div { template <class T> T operator()(const T& a, const T& b) const { return a / b; } };
 struct neg { template <class T> T operator()(const T& a) const { return -a; } };
 struct abs { template <class T> T operator()(const T& a) const { using std::abs; return abs(a); } };
-struct exp { template <class T> T operator()(const T& a) const { using std::exp; return exp(a); } };
+struct exp {
+  template <class T> T operator()(const T& a) const { using std::exp; return exp(a); }
+  /// float arrays: the vectorized kernel (detail/vexp.hpp)
+  static void bulk(float* o, const float* a, index_t n) { detail::exp_floats(o, a, n); }
+};
 struct log { template <class T> T operator()(const T& a) const { using std::log; return log(a); } };
 struct sqrt { template <class T> T operator()(const T& a) const { using std::sqrt; return sqrt(a); } };
 struct rsqrt {
@@ -198,6 +207,11 @@ struct tanh { template <class T> T operator()(const T& a) const { using std::tan
 /// 1 / (1 + e^-x): e^-x overflows to +inf for very negative x, giving the correct limit 0.
 struct sigmoid {
   template <class T> T operator()(const T& a) const { using std::exp; return T(1) / (T(1) + exp(-a)); }
+  static void bulk(float* o, const float* a, index_t n) {
+    for (index_t i = 0; i < n; ++i) o[i] = -a[i];
+    detail::exp_floats(o, o, n);
+    for (index_t i = 0; i < n; ++i) o[i] = 1.0f / (1.0f + o[i]);
+  }
 };
 /// max(x, 0), propagating NaN.
 struct relu { template <class T> T operator()(const T& a) const { return a < T(0) ? T(0) : a; } };

@@ -302,7 +302,7 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, 
                               c.strides()[1], threads);
   } else {
     // accumulate in an Acc workspace, then round once into C's storage
-    Tensor<Acc, Acc> w(Shape{m, n});
+    auto w = Tensor<Acc, Acc>::uninitialized(Shape{m, n});
     detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
                               b.strides()[0], b.strides()[1], Acc(0), w.data(), n, index_t{1},
                               threads);
@@ -326,7 +326,7 @@ auto matmul(const A& a, const B& b, int threads = 0) {
     throw shape_error("precis::matmul: A " + av.shape().str() + " times B " + bv.shape().str() +
                       "; expected 2-D tensors [m, k] and [k, n]");
   }
-  R c(Shape{av.shape()[0], bv.shape()[1]});
+  auto c = R::uninitialized(Shape{av.shape()[0], bv.shape()[1]});
   gemm<Acc>(Acc(1), av, bv, Acc(0), c, threads);
   return c;
 }

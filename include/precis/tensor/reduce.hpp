@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -112,7 +113,11 @@ Acc sum_fiber(const S* p, index_t n, index_t st, summation alg, F f) {
       const Acc* x = load_run<Acc>(p + c0 * st, m, st, buf.data());
       if constexpr (!std::is_same_v<F, std::identity>) {
         if (x != buf.data()) std::copy_n(x, m, buf.data());
-        for (index_t i = 0; i < m; ++i) buf[static_cast<std::size_t>(i)] = f(buf[static_cast<std::size_t>(i)]);
+        if constexpr (requires { f.bulk(buf.data(), m); }) {
+          f.bulk(buf.data(), m);
+        } else {
+          for (index_t i = 0; i < m; ++i) buf[static_cast<std::size_t>(i)] = f(buf[static_cast<std::size_t>(i)]);
+        }
         x = buf.data();
       }
       push_all(sm, x, m);
@@ -134,6 +139,32 @@ bool is_finite(const T& x) { return x - x == T(0); }
 /// max (or min) of n values, NaN if any is NaN.
 template <class Acc, class S, bool Max>
 Acc extreme_fiber(const S* p, index_t n, index_t st) {
+  if constexpr (std::is_same_v<Acc, S> && std::is_arithmetic_v<S>) {
+    if (st == 1 && n >= 16) {
+      // eight independent lanes and a NaN flag: branch-free, so the compiler vectorizes it
+      S lane[8];
+      bool nan = false;
+      for (int j = 0; j < 8; ++j) lane[j] = p[j];
+      index_t i = 8;
+      for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; ++j) {
+          const S x = p[i + j];
+          nan |= x != x;
+          lane[j] = (Max ? lane[j] < x : x < lane[j]) ? x : lane[j];
+        }
+      }
+      for (int j = 0; j < 8; ++j) nan |= lane[j] != lane[j];
+      if (nan) return std::numeric_limits<S>::quiet_NaN();
+      S m = lane[0];
+      for (int j = 1; j < 8; ++j) m = (Max ? m < lane[j] : lane[j] < m) ? lane[j] : m;
+      for (; i < n; ++i) {
+        const S x = p[i];
+        if (x != x) return x;
+        if (Max ? m < x : x < m) m = x;
+      }
+      return m;
+    }
+  }
   Acc m = load<Acc>(p[0]);
   for (index_t i = 1; i < n && m == m; ++i) {
     const Acc x = load<Acc>(p[i * st]);
@@ -176,7 +207,7 @@ auto reduce_axis(const char* op, const X& xx, int axis, Fiber fiber) {
                       x.shape().str() + " is empty; expected at least one element to reduce");
   }
   using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
-  Tensor<O, default_compute_t<O>> out(x.shape().erased(a));
+  auto out = Tensor<O, default_compute_t<O>>::uninitialized(x.shape().erased(a));
   const index_t n = x.shape()[a], st = x.strides()[a];
   for_each_fiber(x, a, out.view(), false, [&](const auto* p, O* o, index_t) {
     *o = store<O>(fiber(p, n, st));
@@ -230,14 +261,31 @@ Acc norm2_fiber(const S* p, index_t n, index_t st, summation alg) {
   return sqrt(ssq) / scale;
 }
 
+/// v -> exp(v - m), with the vectorized exp on float chunks.
+template <class Acc>
+struct exp_shifted {
+  Acc m;
+  Acc operator()(const Acc& v) const {
+    using std::exp;
+    return exp(v - m);
+  }
+  void bulk(Acc* x, index_t n) const {
+    if constexpr (std::is_same_v<Acc, float>) {
+      for (index_t i = 0; i < n; ++i) x[i] = x[i] - m;
+      exp_floats(x, x, n);
+    } else {
+      for (index_t i = 0; i < n; ++i) x[i] = (*this)(x[i]);
+    }
+  }
+};
+
 /// log(sum(exp(x))) = m + log(sum(exp(x - m))) with m the maximum, in Acc.
 template <class Acc, class S>
 Acc logsumexp_fiber(const S* p, index_t n, index_t st, summation alg) {
   const Acc m = extreme_fiber<Acc, S, true>(p, n, st);
   if (!is_finite(m)) return m;  // NaN, +inf, or -inf (all elements -inf)
-  using std::exp;
   using std::log;
-  return m + log(sum_fiber<Acc>(p, n, st, alg, [&](const Acc& v) { return exp(v - m); }));
+  return m + log(sum_fiber<Acc>(p, n, st, alg, exp_shifted<Acc>{m}));
 }
 
 }  // namespace detail
@@ -329,18 +377,27 @@ auto softmax_impl(const char* op, const X& xx, int axis, summation alg) {
   const auto x = as_view(xx);
   const int a = normalize_axis(axis, x.rank(), op);
   using S = storage_of<X>;
-  Tensor<S, compute_of<X>> out(x.shape());
+  auto out = Tensor<S, compute_of<X>>::uninitialized(x.shape());
   const index_t n = x.shape()[a], st = x.strides()[a];
   if (n == 0) return out;
   for_each_fiber(x, a, out.view(), true, [&](const S* p, S* o, index_t ost) {
-    using std::exp;
     using std::log;
     const Acc m = extreme_fiber<Acc, S, true>(p, n, st);
-    const Acc s = sum_fiber<Acc>(p, n, st, alg, [&](const Acc& v) { return exp(v - m); });
+    const exp_shifted<Acc> e{m};
+    const Acc s = sum_fiber<Acc>(p, n, st, alg, e);
     const Acc ls = log(s);
-    for (index_t i = 0; i < n; ++i) {
-      const Acc d = load<Acc>(p[i * st]) - m;
-      o[i * ost] = store<S>(Log ? d - ls : exp(d) / s);
+    std::array<Acc, chunk> buf;
+    for (index_t c0 = 0; c0 < n; c0 += chunk) {
+      const index_t len = std::min(chunk, n - c0);
+      const Acc* v = load_run<Acc>(p + c0 * st, len, st, buf.data());
+      if (v != buf.data()) std::copy_n(v, len, buf.data());
+      if constexpr (Log) {
+        for (index_t i = 0; i < len; ++i) buf[static_cast<std::size_t>(i)] = (buf[static_cast<std::size_t>(i)] - m) - ls;
+      } else {
+        e.bulk(buf.data(), len);
+        for (index_t i = 0; i < len; ++i) buf[static_cast<std::size_t>(i)] = buf[static_cast<std::size_t>(i)] / s;
+      }
+      store_run(buf.data(), o + c0 * ost, len, ost);
     }
   });
   return out;

@@ -74,14 +74,19 @@ struct aligned_delete {
 template <class T>
 using aligned_buffer = std::unique_ptr<T[], aligned_delete<T>>;
 
-/// n value-initialized (zero) elements on a 64-byte boundary.
+/// n value-initialized (zero) elements on a 64-byte boundary; with zero = false, trivial types
+/// are left uninitialized (for results every element of which is about to be written).
 template <class T>
-aligned_buffer<T> allocate_aligned(std::size_t n) {
+aligned_buffer<T> allocate_aligned(std::size_t n, bool zero = true) {
   const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
   void* raw = ::operator new(bytes, std::align_val_t{64});
   T* p = static_cast<T*>(raw);
   try {
-    std::uninitialized_value_construct_n(p, n);
+    if (zero || !std::is_trivially_default_constructible_v<T>) {
+      std::uninitialized_value_construct_n(p, n);
+    } else {
+      std::uninitialized_default_construct_n(p, n);
+    }
   } catch (...) {
     ::operator delete(raw, std::align_val_t{64});
     throw;
@@ -295,17 +300,18 @@ class Tensor {
   using const_view_type = TensorView<const Storage, Compute>;
 
   Tensor() : Tensor(Shape{0}) {}
-  explicit Tensor(Shape shape) : shape_(shape) {
-    detail::check_extents(shape_, "precis::Tensor");
-    buf_ = detail::allocate_aligned<Storage>(static_cast<std::size_t>(shape_.numel()));
-  }
+  explicit Tensor(Shape shape) : Tensor(shape, true) {}
+
+  /// A tensor whose elements are unspecified (not zeroed) when Storage is trivial: for
+  /// results that are about to be written in full.
+  static Tensor uninitialized(Shape shape) { return Tensor(shape, false); }
   /// A copy of any view of the same storage type (densely packed).
   template <class S2>
     requires std::is_same_v<std::remove_const_t<S2>, Storage>
-  explicit Tensor(const TensorView<S2, Compute>& v) : Tensor(v.shape()) {
+  explicit Tensor(const TensorView<S2, Compute>& v) : Tensor(v.shape(), false) {
     copy_from(v);
   }
-  Tensor(const Tensor& o) : Tensor(o.shape_) {
+  Tensor(const Tensor& o) : Tensor(o.shape_, false) {
     std::copy_n(o.data(), o.size(), data());
   }
   Tensor(Tensor&&) noexcept = default;
@@ -317,7 +323,7 @@ class Tensor {
 
   /// A tensor of `shape` with every element `value` (rounded once into Storage).
   static Tensor full(Shape shape, Compute value) {
-    Tensor t(shape);
+    Tensor t(shape, false);
     std::fill_n(t.data(), t.size(), detail::store<Storage>(value));
     return t;
   }
@@ -381,6 +387,11 @@ class Tensor {
   }
 
  private:
+  Tensor(Shape shape, bool zero) : shape_(shape) {
+    detail::check_extents(shape_, "precis::Tensor");
+    buf_ = detail::allocate_aligned<Storage>(static_cast<std::size_t>(shape_.numel()), zero);
+  }
+
   Shape shape_;
   detail::aligned_buffer<Storage> buf_;
 };
