@@ -4,7 +4,8 @@
 same run.
 
   ratios.py convert.json             conversion table (precis::convert vs scalar, memcpy, Eigen)
-  ratios.py --gemm gemm.json         GEMM GFLOP/s vs Eigen and vs the measured FMA peak
+  ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen and the measured FMA peak
+                                     (later files override rows they re-measure)
   ratios.py --stream bench.json      element-wise / reduction GB/s vs memcpy of the same bytes
 """
 import json
@@ -50,8 +51,10 @@ def convert_table(path):
 MLP = {"-1": "128x784x256", "-2": "128x256x128", "-3": "128x128x10"}
 
 
-def gemm_table(path):
-    med = medians(path, "GFLOP/s")
+def gemm_table(paths):
+    med = {}
+    for path in paths:
+        med.update(medians(path, "GFLOP/s"))
     peak32 = med.get("BM_peak_fma<float>")
     peak64 = med.get("BM_peak_fma<double>")
     tile32 = med.get("BM_tile_kernel<float>")
@@ -118,7 +121,7 @@ def stream_table(path):
 
 if __name__ == "__main__":
     if sys.argv[1] == "--gemm":
-        gemm_table(sys.argv[2])
+        gemm_table(sys.argv[2:])
     elif sys.argv[1] == "--stream":
         stream_table(sys.argv[2])
     else:
