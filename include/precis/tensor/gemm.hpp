@@ -90,24 +90,34 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
 template <class Acc, class S>
 void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t nr, Acc* dst,
             index_t p0, index_t p1, Acc* row) {
+  if (p0 >= p1) return;
+  if (cs == 1 || rs != 1) {
+    // one conversion per row of B over all of this thread's panels, then spread into them
+    const index_t j_begin = p0 * nr, j_end = std::min(p1 * nr, nc);
+    for (index_t p = 0; p < kc; ++p) {
+      const Acc* x = load_run<Acc>(b + p * rs + j_begin * cs, j_end - j_begin, cs, row);
+      for (index_t pj = p0; pj < p1; ++pj) {
+        const index_t j0 = pj * nr;
+        const index_t cols = std::min(nr, nc - j0);
+        Acc* dst_row = dst + j0 * kc + p * nr;
+        const Acc* src = x + (j0 - j_begin);
+        for (index_t c = 0; c < cols; ++c) dst_row[c] = src[c];
+        for (index_t c = cols; c < nr; ++c) dst_row[c] = Acc(0);
+      }
+    }
+    return;
+  }
   for (index_t pj = p0; pj < p1; ++pj) {
     const index_t j0 = pj * nr;
     const index_t cols = std::min(nr, nc - j0);
     Acc* panel = dst + j0 * kc;
-    if (cs == 1 || rs != 1) {
-      for (index_t p = 0; p < kc; ++p) {
-        const Acc* x = load_run<Acc>(b + p * rs + j0 * cs, cols, cs, row);
-        for (index_t c = 0; c < nr; ++c) panel[p * nr + c] = c < cols ? x[c] : Acc(0);
-      }
-    } else {
-      // column-major B: each column is dense along k
-      for (index_t c = 0; c < nr; ++c) {
-        if (c < cols) {
-          const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
-          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = x[p];
-        } else {
-          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = Acc(0);
-        }
+    // column-major B (a transposed view): each column is dense along k
+    for (index_t c = 0; c < nr; ++c) {
+      if (c < cols) {
+        const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
+        for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = x[p];
+      } else {
+        for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = Acc(0);
       }
     }
   }
@@ -173,20 +183,27 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   // into blocks of at most bl.mc rows: no thread idles on a leftover block.
   const index_t m_panels = (m + bl.mr - 1) / bl.mr;
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
-  const index_t kc_max = std::min(bl.kc, k);
+  // K in equal blocks of at most bl.kc (784 = 4 x 196, not 3 x 256 + 16: no short last block
+  // whose fixed per-tile cost is paid for a few k steps)
+  const index_t k_blocks = (k + bl.kc - 1) / bl.kc;
+  const index_t kc_max = (k + k_blocks - 1) / k_blocks;
   Acc* bp = scratch<Acc, 0>(static_cast<std::size_t>(kc_max * nc_max));
   threads = static_cast<int>(std::min<index_t>(threads, m_panels));
 
   auto body = [&](int tid, int nthreads) {
-    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>(bl.mc * kc_max));
+    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * kc_max));
     Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max(kc_max, nc_max)));
     const index_t r0 = m_panels * tid / nthreads * bl.mr;
     const index_t r1 = std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
+    // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each
+    const index_t my_panels = (r1 - r0 + bl.mr - 1) / bl.mr;
+    const index_t m_blocks = std::max<index_t>(1, (my_panels * bl.mr + bl.mc - 1) / bl.mc);
+    const index_t mc = (my_panels + m_blocks - 1) / m_blocks * bl.mr;
     for (index_t jc = 0; jc < n; jc += bl.nc) {
       const index_t nc = std::min(bl.nc, n - jc);
       const index_t panels = (nc + bl.nr - 1) / bl.nr;
-      for (index_t pc = 0; pc < k; pc += bl.kc) {
-        const index_t kc = std::min(bl.kc, k - pc);
+      for (index_t pc = 0; pc < k; pc += kc_max) {
+        const index_t kc = std::min(kc_max, k - pc);
         const Acc beta_k = pc == 0 ? beta : Acc(1);
         // all threads pack their share of the B panels, then wait for each other
         pack_b<Acc>(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp,
@@ -194,8 +211,8 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
 #if defined(_OPENMP)
 #pragma omp barrier
 #endif
-        for (index_t ic = r0; ic < r1; ic += bl.mc) {
-          const index_t mcb = std::min(bl.mc, r1 - ic);
+        for (index_t ic = r0; ic < r1; ic += mc) {
+          const index_t mcb = std::min(mc, r1 - ic);
           pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
           for (index_t jr = 0; jr < nc; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
