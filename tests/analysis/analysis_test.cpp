@@ -1,0 +1,133 @@
+// The analysis layer: bounds against hand-evaluated formulas, metrics and ulp distances against
+// values derived from the formats' definitions, references against exact arithmetic, and cast
+// statistics against the fp16 / e4m3 thresholds of their specifications.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <precis/analysis/analysis.hpp>
+#include <precis/precis.hpp>
+
+using namespace precis;
+namespace an = precis::analysis;
+
+TEST(Bounds, MatchTheirFormulas) {
+  const double u = std::ldexp(1.0, -11);  // fp16
+  EXPECT_EQ(unit_roundoff<half>(), u);
+  EXPECT_EQ(unit_roundoff<bfloat16>(), std::ldexp(1.0, -8));
+  EXPECT_EQ(unit_roundoff<float8_e4m3>(), std::ldexp(1.0, -4));
+  EXPECT_DOUBLE_EQ(bounds::gamma(10, u), 10 * u / (1 - 10 * u));
+  EXPECT_EQ(bounds::gamma(2048, u), bounds::infinity);  // n u = 1: no bound
+  EXPECT_DOUBLE_EQ(bounds::recursive_sum(100, u), 99 * u / (1 - 99 * u));
+  EXPECT_DOUBLE_EQ(bounds::pairwise_sum(1000, u), 10 * u / (1 - 10 * u));  // ceil(log2 1000) = 10
+  EXPECT_DOUBLE_EQ(bounds::pairwise_sum(1024, u), 10 * u / (1 - 10 * u));
+  EXPECT_DOUBLE_EQ(bounds::pairwise_sum(1025, u), 11 * u / (1 - 11 * u));
+  EXPECT_DOUBLE_EQ(bounds::compensated_sum(100, u), 2 * u + 400 * u * u);
+  // probabilistic: lambda = 1, n = 100 -> exp(10u + 100u^2/(1-u)) - 1
+  // (computed with expm1; exp(a) - 1 loses up to one ulp of exp(a) = 2^-52 to cancellation)
+  EXPECT_NEAR(bounds::probabilistic(100, 1, u), std::exp(10 * u + 100 * u * u / (1 - u)) - 1,
+              std::ldexp(1.0, -52));
+  EXPECT_DOUBLE_EQ(bounds::probabilistic_confidence(2, u), 1 - 2 * std::exp(-2 * (1 - u) * (1 - u)));
+  // the probabilistic bound grows like sqrt(n) u, far below gamma_n for large n
+  EXPECT_LT(bounds::probabilistic(1e6, 3, std::ldexp(1.0, -24)), bounds::gamma(1e6, std::ldexp(1.0, -24)) / 100);
+  // block FMA: b = 4, fp32 accumulation, fp16 inputs rounded from fp32
+  const double uh = std::ldexp(1.0, -24);
+  EXPECT_DOUBLE_EQ(bounds::block_fma(1000, 4, uh, u),
+                   2 * u + u * u + (1 + u) * (1 + u) * (250 * uh / (1 - 250 * uh)));
+  EXPECT_DOUBLE_EQ(bounds::block_fma(1001, 4, uh), 251 * uh / (1 - 251 * uh));
+  EXPECT_DOUBLE_EQ(bounds::block_fma(64, 1, uh), bounds::gamma(64, uh));
+}
+
+TEST(Metrics, ErrorsAndNorms) {
+  EXPECT_DOUBLE_EQ(an::abs_error(1.5f, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(an::rel_error(1.5f, 2.0), 0.25);
+  EXPECT_EQ(an::rel_error(0.0, 0.0), 0.0);
+  EXPECT_TRUE(std::isinf(an::rel_error(1.0, 0.0)));
+  Tensor<double> exact({3}), computed({3});
+  exact(0) = 3; exact(1) = 4; exact(2) = 0;
+  computed(0) = 3; computed(1) = 4.5; computed(2) = 0;
+  EXPECT_DOUBLE_EQ(an::normwise_error(computed, exact), 0.5 / 5);
+  EXPECT_DOUBLE_EQ(an::normwise_error(computed, exact, an::norm::inf), 0.5 / 4);
+  EXPECT_DOUBLE_EQ(an::componentwise_error(computed, exact), 0.125);
+  EXPECT_THROW(an::normwise_error(computed, Tensor<double>({2})), shape_error);
+}
+
+TEST(Metrics, UlpDistanceFollowsTheFormatsValueLists) {
+  EXPECT_EQ(an::ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)), 1);
+  EXPECT_EQ(an::ulp_distance(1.0f, 2.0f), 1 << 23);  // one binade of float: 2^23 steps
+  EXPECT_EQ(an::ulp_distance(0.0f, -0.0f), 0);
+  const float ts = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(an::ulp_distance(-ts, ts), 2);  // -ts, 0, ts
+  EXPECT_EQ(an::ulp_distance(half(1.0f), half(2.0f)), 1 << 10);
+  EXPECT_EQ(an::ulp_distance(bfloat16(1.0f), bfloat16(-1.0f)), 2 * 127 * 128);  // 2 x (bits of 1.0)
+  // e4m3: 0 .. 448 covers every nonnegative finite encoding (0x00..0x7E)
+  EXPECT_EQ(an::ulp_distance(float8_e4m3(0.0f), float8_e4m3(448.0f)), 0x7E);
+  EXPECT_EQ(an::ulp_distance(1.0, std::nextafter(1.0, 0.0)), 1);
+  EXPECT_THROW(an::ulp_distance(std::nanf(""), 1.0f), invalid_argument);
+}
+
+TEST(Reference, ExactSumsDotsAndProducts) {
+  // 1 + 2^-60 - 1 is 2^-60 exactly in the reference, 0 in double
+  Tensor<double> x({3});
+  x(0) = 1; x(1) = std::ldexp(1.0, -60); x(2) = -1;
+  const auto [s, a] = an::reference_sum(x);
+  EXPECT_EQ(s, an::exact_t(std::ldexp(1.0, -60)));
+  EXPECT_EQ(a, an::exact_t(2) + an::exact_t(std::ldexp(1.0, -60)));
+  const auto [d, da] = an::reference_dot(x, x);
+  EXPECT_EQ(d, an::exact_t(2) + an::exact_t(std::ldexp(1.0, -120)));
+  EXPECT_EQ(da, d);
+  Tensor<half> A({2, 2}), B({2, 1});
+  A(0, 0) = half(1.0f); A(0, 1) = half(-2.0f); A(1, 0) = half(0.5f); A(1, 1) = half(3.0f);
+  B(0, 0) = half(4.0f); B(1, 0) = half(1.0f);
+  const auto [C, M] = an::reference_gemm(A, B);
+  EXPECT_EQ(C(0, 0), an::exact_t(2));   // 4 - 2
+  EXPECT_EQ(M(0, 0), an::exact_t(6));   // 4 + 2
+  EXPECT_EQ(C(1, 0), an::exact_t(5));   // 2 + 3
+  EXPECT_THROW(an::reference_gemm(A, A.transpose().slice(0, 0, 1)), shape_error);
+}
+
+TEST(Underflow, HistogramBinades) {
+  Tensor<float> g({8});
+  g(0) = 0.0f; g(1) = 1.0f; g(2) = 1.5f; g(3) = 0.25f; g(4) = -0.3f;  // -0.3 in [2^-2, 2^-1)
+  g(5) = std::ldexp(1.0f, -30); g(6) = std::numeric_limits<float>::infinity(); g(7) = 1024.0f;
+  const auto h = an::histogram_of_exponents(g, -20, 5);
+  EXPECT_EQ(h.zeros, 1u);
+  EXPECT_EQ(h.infinities, 1u);
+  EXPECT_EQ(h.at(0), 2u);
+  EXPECT_EQ(h.at(-2), 2u);
+  EXPECT_EQ(h.below, 1u);  // 2^-30
+  EXPECT_EQ(h.above, 1u);  // 2^10
+  EXPECT_EQ(h.total(), 8u);
+}
+
+TEST(Underflow, CastStatisticsFollowTheFormatThresholds) {
+  // fp16: smallest subnormal 2^-24 (so values below 2^-25 flush), smallest normal 2^-14,
+  // largest 65504 (values from 65520 up round to infinity)
+  Tensor<double> v({7});
+  v(0) = std::ldexp(1.0, -26);   // flushes
+  v(1) = std::ldexp(1.0, -25);   // exactly half the smallest subnormal: ties to even, flushes
+  v(2) = std::ldexp(1.5, -25);   // above the tie: the smallest subnormal
+  v(3) = std::ldexp(1.0, -20);   // subnormal
+  v(4) = std::ldexp(1.0, -14);   // normal
+  v(5) = 65519.0;                // rounds to 65504: normal
+  v(6) = 65520.0;                // the first value that rounds to infinity
+  const auto s = an::cast_statistics_of<half>(v);
+  EXPECT_EQ(s.total, 7u);
+  EXPECT_EQ(s.flushed, 2u);
+  EXPECT_EQ(s.subnormal, 2u);
+  EXPECT_EQ(s.normal, 2u);
+  EXPECT_EQ(s.overflowed, 1u);
+  // a 2^10 loss scale moves every value up ten binades: nothing flushes any more
+  const auto scaled = an::cast_statistics_of<half>(v, 1024.0);
+  EXPECT_EQ(scaled.flushed, 0u);
+  EXPECT_EQ(scaled.subnormal, 3u);   // 2^-16, 2^-15, 1.5 * 2^-15: all below 2^-14
+  EXPECT_EQ(scaled.normal, 2u);      // 2^-10, 2^-4
+  EXPECT_EQ(scaled.overflowed, 2u);  // 65519 * 2^10 and 65520 * 2^10
+  EXPECT_DOUBLE_EQ(scaled.fraction_overflowed(), 2.0 / 7.0);
+  // e4m3 (no infinity): above 464 (the midpoint past 448) counts as overflow
+  Tensor<float> w({3});
+  w(0) = 448.0f; w(1) = 464.0f; w(2) = 465.0f;
+  const auto e = an::cast_statistics_of<float8_e4m3>(w);
+  EXPECT_EQ(e.normal, 2u);  // 464 is the tie between 448 and 480: even is 448
+  EXPECT_EQ(e.overflowed, 1u);
+  EXPECT_THROW(an::cast_statistics_of<half>(v, 0.0), invalid_argument);
+}
