@@ -131,3 +131,68 @@ TEST(Underflow, CastStatisticsFollowTheFormatThresholds) {
   EXPECT_EQ(e.overflowed, 1u);
   EXPECT_THROW(an::cast_statistics_of<half>(v, 0.0), invalid_argument);
 }
+
+namespace {
+
+/// ulp of a positive value v of a format with t digits: 2^(floor(log2 v) - t + 1).
+double ulp_of(double v, int t) { return std::ldexp(1.0, std::ilogb(v) - t + 1); }
+
+/// Checks a harmonic stagnation result against the definition of rounding: the final term is
+/// absorbed (below half an ulp of the sum, or exactly half with an even last digit, for
+/// round-to-nearest; below one ulp for toward-zero), and the term before it was not.
+template <class F>
+void expect_harmonic_stagnation_by_definition(rounding mode) {
+  const int t = format_traits<F>::digits;
+  const auto r = an::harmonic_stagnation<F>(mode, 1u << 20);
+  ASSERT_TRUE(r.stagnated);
+  const double s = precis::detail::load<double>(r.sum);
+  const double u = ulp_of(s, t);
+  const double last = precis::detail::load<double>(round_to<F>(1.0 / static_cast<double>(r.terms), mode, overflow::saturate));
+  const double before = precis::detail::load<double>(round_to<F>(1.0 / static_cast<double>(r.terms - 1), mode, overflow::saturate));
+  const bool even = std::fmod(s / u, 2.0) == 0.0;
+  if (mode == rounding::nearest_even) {
+    EXPECT_TRUE(last < u / 2 || (last == u / 2 && even)) << format_traits<F>::name << " n=" << r.terms;
+  } else {
+    EXPECT_LT(last, u) << format_traits<F>::name;
+  }
+  // the previous partial sum was s minus (at least) something: the term before moved it
+  EXPECT_GT(before, 0.0);
+  EXPECT_GT(r.terms, 2u);
+}
+
+}  // namespace
+
+TEST(Stagnation, OnesStopAtTwoToTheDigits) {
+  // k ones are exact up to 2^t; 2^t + 1 is a tie (to even: 2^t) or truncates to 2^t
+  for (rounding mode : {rounding::nearest_even, rounding::toward_zero}) {
+    const auto h = an::ones_stagnation<half>(mode, 1u << 20);
+    EXPECT_EQ(static_cast<float>(h.sum), 2048.0f);
+    EXPECT_EQ(h.terms, 2049u);
+    const auto b = an::ones_stagnation<bfloat16>(mode, 1u << 20);
+    EXPECT_EQ(static_cast<float>(b.sum), 256.0f);
+    const auto e4 = an::ones_stagnation<float8_e4m3>(mode, 1000);
+    EXPECT_EQ(static_cast<float>(e4.sum), 16.0f);
+    const auto e5 = an::ones_stagnation<float8_e5m2>(mode, 1000);
+    EXPECT_EQ(static_cast<float>(e5.sum), 8.0f);
+  }
+}
+
+TEST(Stagnation, HarmonicMatchesPublishedValuesAndTheDefinition) {
+  // Higham & Pranesh (2019), Table 3.1, round to nearest: fp16 stagnates at n = 513 with sum
+  // 7.0859; bf16 at n = 65 with sum 5.0625
+  const auto h = an::harmonic_stagnation<half>(rounding::nearest_even, 1u << 20);
+  EXPECT_EQ(h.terms, 513u);
+  EXPECT_EQ(static_cast<float>(h.sum), 7.0859375f);
+  const auto b = an::harmonic_stagnation<bfloat16>(rounding::nearest_even, 1u << 20);
+  EXPECT_EQ(b.terms, 65u);
+  EXPECT_EQ(static_cast<float>(b.sum), 5.0625f);
+  expect_harmonic_stagnation_by_definition<half>(rounding::nearest_even);
+  expect_harmonic_stagnation_by_definition<half>(rounding::toward_zero);
+  expect_harmonic_stagnation_by_definition<bfloat16>(rounding::nearest_even);
+  expect_harmonic_stagnation_by_definition<bfloat16>(rounding::toward_zero);
+  expect_harmonic_stagnation_by_definition<float8_e4m3>(rounding::nearest_even);
+  expect_harmonic_stagnation_by_definition<float8_e5m2>(rounding::nearest_even);
+  expect_harmonic_stagnation_by_definition<float8_e5m2>(rounding::toward_zero);
+  // truncation stagnates no later than rounding to nearest
+  EXPECT_LE(an::harmonic_stagnation<half>(rounding::toward_zero, 1u << 20).terms, h.terms);
+}

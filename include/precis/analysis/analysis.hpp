@@ -5,4 +5,5 @@
 #include "precis/analysis/bounds.hpp"
 #include "precis/analysis/metrics.hpp"
 #include "precis/analysis/reference.hpp"
+#include "precis/analysis/stagnation.hpp"
 #include "precis/analysis/underflow.hpp"
