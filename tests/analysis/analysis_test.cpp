@@ -196,3 +196,72 @@ TEST(Stagnation, HarmonicMatchesPublishedValuesAndTheDefinition) {
   // truncation stagnates no later than rounding to nearest
   EXPECT_LE(an::harmonic_stagnation<half>(rounding::toward_zero, 1u << 20).terms, h.terms);
 }
+
+namespace {
+
+/// fp16 terms fl(1/k), k = 1..n, and their exact sum.
+std::pair<std::vector<half>, an::exact_t> harmonic_terms(std::size_t n) {
+  std::vector<half> t(n);
+  an::exact_t exact = 0;
+  for (std::size_t k = 1; k <= n; ++k) {
+    t[k - 1] = round_to<half>(an::exact_t(1) / an::exact_t(k));
+    exact += precis::detail::load<an::exact_t>(t[k - 1]);
+  }
+  return {t, exact};
+}
+
+}  // namespace
+
+TEST(StochasticRounding, HarmonicSumBeatsStagnationWithinTheProbabilisticBound) {
+  const std::size_t n = 4096;  // far past fp16's round-to-nearest stagnation at 513
+  const auto [terms, exact] = harmonic_terms(n);
+  const double u = unit_roundoff<half>();
+  const double prob = bounds::probabilistic(static_cast<double>(n), 3.0, u);
+  xoshiro256pp unused(0);
+  const double rn = static_cast<double>(an::rel_error<an::exact_t>(
+      an::recursive_sum_in<half>(terms, rounding::nearest_even, unused), exact));
+  EXPECT_GT(rn, prob);  // round to nearest has stagnated: worse than sqrt(n) u behaviour
+  const int runs = 20;
+  double mean = 0, mean_abs = 0, sq = 0;
+  for (int seed = 1; seed <= runs; ++seed) {
+    xoshiro256pp gen(static_cast<std::uint64_t>(seed));
+    const half s = an::recursive_sum_in<half>(terms, rounding::stochastic, gen);
+    const double e = static_cast<double>((precis::detail::load<an::exact_t>(s) - exact) / exact);
+    mean += e / runs;
+    mean_abs += std::abs(e) / runs;
+    sq += e * e / runs;
+    // each run within gamma~_n(3), which holds with probability >= 0.978 (these seeds: all)
+    EXPECT_LE(std::abs(e), prob) << "seed " << seed;
+  }
+  EXPECT_LT(mean_abs, rn / 4);
+  // mean-zero error: the sample mean within 4 standard errors of 0
+  const double sd = std::sqrt(sq - mean * mean);
+  EXPECT_LE(std::abs(mean), 4 * sd / std::sqrt(double(runs)));
+}
+
+TEST(StochasticRounding, BitReproducibleFromTheSeed) {
+  const auto [terms, exact] = harmonic_terms(3000);
+  xoshiro256pp g1(42), g2(42);
+  const half a = an::recursive_sum_in<half>(terms, rounding::stochastic, g1);
+  const half b = an::recursive_sum_in<half>(terms, rounding::stochastic, g2);
+  EXPECT_EQ(a.x, b.x);
+  (void)exact;
+}
+
+TEST(Bounds, DeterministicBoundsHoldForSmallSums) {
+  // every deterministic-bound case on small sizes: fp16 recursive sums of U[0,1] data
+  for (std::size_t n : {10u, 100u, 1000u}) {
+    std::vector<half> x(n);
+    xoshiro256pp gen(n);
+    an::exact_t exact = 0, abs_sum = 0;
+    for (auto& v : x) {
+      v = round_to<half>(static_cast<double>(gen() >> 11) * 0x1p-53);
+      exact += precis::detail::load<an::exact_t>(v);
+      abs_sum += abs(precis::detail::load<an::exact_t>(v));
+    }
+    xoshiro256pp unused(0);
+    const half s = an::recursive_sum_in<half>(x, rounding::nearest_even, unused);
+    const double err = static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - exact) / abs_sum);
+    EXPECT_LE(err, bounds::recursive_sum(static_cast<double>(n), unit_roundoff<half>())) << n;
+  }
+}

@@ -6,4 +6,5 @@
 #include "precis/analysis/metrics.hpp"
 #include "precis/analysis/reference.hpp"
 #include "precis/analysis/stagnation.hpp"
+#include "precis/analysis/summation.hpp"
 #include "precis/analysis/underflow.hpp"
