@@ -1,5 +1,5 @@
 # precis front door. `make test` and `make demo` work on a fresh Debian machine.
-.PHONY: all test demo bench asan cuda format clean
+.PHONY: all test demo bench numerics asan cuda format clean
 
 JOBS ?= 2
 
@@ -30,6 +30,17 @@ bench:
 	python3 bench/ratios.py --gemm build/bench/gemm.json
 	python3 bench/ratios.py --stream build/bench/elementwise.json
 	python3 bench/ratios.py --stream build/bench/reduce.json
+
+# The rounding-error and underflow suite: runs bench/numerics and regenerates docs/numerics.md
+# and its plots from the JSON.
+numerics:
+	tools/deps.sh numerics
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
+	cmake --build --preset release -j $(JOBS) --target numerics_stagnation numerics_summation
+	mkdir -p build/numerics
+	./build/release/bench/numerics/numerics_stagnation --benchmark_format=json > build/numerics/stagnation.json
+	./build/release/bench/numerics/numerics_summation --benchmark_format=json > build/numerics/summation.json
+	python3 bench/numerics_report.py build/numerics docs
 
 asan:
 	tools/deps.sh test

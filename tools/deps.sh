@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (as root) or names (otherwise) the Debian packages precis needs.
-# Usage: tools/deps.sh test|demo|bench
+# Usage: tools/deps.sh test|demo|bench|numerics
 # This file is the one place the package lists live.
 set -euo pipefail
 
@@ -8,12 +8,14 @@ build_packages=(cmake make g++ libeigen3-dev libboost-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev)
 demo_packages=("${build_packages[@]}")
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3)
+numerics_packages=("${bench_packages[@]}" gnuplot-nox)
 
 case "${1:-}" in
   test) wanted=("${test_packages[@]}") ;;
   demo) wanted=("${demo_packages[@]}") ;;
   bench) wanted=("${bench_packages[@]}") ;;
-  *) echo "usage: $0 test|demo|bench" >&2; exit 2 ;;
+  numerics) wanted=("${numerics_packages[@]}") ;;
+  *) echo "usage: $0 test|demo|bench|numerics" >&2; exit 2 ;;
 esac
 
 missing=()
