@@ -1,4 +1,4 @@
-// Numerics case 4 (DESIGN.md): relative error of the harmonic sum vs n in fp16 and bf16,
+// Numerics cases 4 and 5 (DESIGN.md). Case 4: relative error of the harmonic sum vs n in fp16 and bf16,
 // round-to-nearest vs stochastic rounding, against the deterministic bound gamma_{n-1} and the
 // probabilistic bound gamma~_n(lambda) (Connolly, Higham & Mary, SIAM J. Sci. Comput. 43(2),
 // 2021: under stochastic rounding the error grows like sqrt(n) u with high probability, while
@@ -62,6 +62,48 @@ BENCHMARK_TEMPLATE(BM_harmonic_error, precis::half)
     ->RangeMultiplier(4)->Range(16, 1 << 16)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_harmonic_error, precis::bfloat16)
     ->RangeMultiplier(4)->Range(16, 1 << 16)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+/// Case 5 (DESIGN.md): the sqrt(n) u law. Backward error |s^ - s| / sum |x_i| of recursive
+/// summation in F (round to nearest) of n values drawn U[0,1] (lo = 0) or U[-1,1] (lo = -1),
+/// reported against u and sqrt(n) u, beside the worst case gamma_{n-1}. Higham & Mary (SIAM J.
+/// Sci. Comput. 41(5), 2019): the error grows like sqrt(n) u rather than n u; with mean-zero
+/// data it is smaller still (Higham & Mary, SIAM J. Sci. Comput. 42(5), 2020). Mean of 8 draws.
+template <class F>
+void BM_sqrt_n_law(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const double lo = state.range(1) == 0 ? 0.0 : -1.0;
+  const int draws = 8;
+  double err = 0;
+  for (auto _ : state) {
+    err = 0;
+    for (int d = 0; d < draws; ++d) {
+      precis::Tensor<F> x({static_cast<precis::index_t>(n)});
+      precis::fill_uniform(x, lo, 1.0, 1000 * n + static_cast<std::uint64_t>(d));
+      const auto [exact, abs_sum] = an::reference_sum(x);
+      precis::xoshiro256pp unused(0);
+      const F s = an::recursive_sum_in<F>(std::span<const F>(x.data(), n), rounding::nearest_even, unused);
+      err += static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - exact) / abs_sum) / draws;
+    }
+  }
+  const double u = precis::unit_roundoff<F>();
+  const double det = precis::bounds::recursive_sum(static_cast<double>(n), u);
+  state.counters["n"] = static_cast<double>(n);
+  state.counters["err"] = err;
+  state.counters["err_over_u"] = err / u;
+  state.counters["err_over_sqrt_n_u"] = err / (std::sqrt(static_cast<double>(n)) * u);
+  state.counters["bound_det"] = std::isinf(det) ? -1 : det;
+  state.SetLabel(std::string(precis::format_traits<F>::name) + (lo == 0 ? " U[0,1]" : " U[-1,1]") +
+                 " (Higham & Mary 2019)");
+}
+
+void sqrt_n_sizes(benchmark::internal::Benchmark* b) {
+  for (long dist : {0, 1})
+    for (long n = 64; n <= (1 << 16); n *= 4) b->Args({n, dist});
+  b->ArgNames({"n", "signed"})->Iterations(1)->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_TEMPLATE(BM_sqrt_n_law, precis::half)->Apply(sqrt_n_sizes);
+BENCHMARK_TEMPLATE(BM_sqrt_n_law, float)->Apply(sqrt_n_sizes);
 
 }  // namespace
 

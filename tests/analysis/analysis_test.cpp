@@ -265,3 +265,17 @@ TEST(Bounds, DeterministicBoundsHoldForSmallSums) {
     EXPECT_LE(err, bounds::recursive_sum(static_cast<double>(n), unit_roundoff<half>())) << n;
   }
 }
+
+TEST(InFormatSums, RoundOnceFromTheExactSum) {
+  // 2^30 + 2^-30 is not exact in double (60 bits apart): the double sum is 2^30, yet rounding
+  // upward must still step to the next float and toward zero must not
+  const float a = std::ldexp(1.0f, 30), b = std::ldexp(1.0f, -30);
+  EXPECT_EQ(an::add_in(a, b, rounding::upward), std::nextafter(a, 2 * a));
+  EXPECT_EQ(an::add_in(a, b, rounding::toward_zero), a);
+  EXPECT_EQ(an::add_in(a, b, rounding::nearest_even), a);
+  EXPECT_EQ(an::add_in(a, -b, rounding::downward), std::nextafter(a, 0.0f));
+  // fp16: 1 + 2^-11 is a tie (to even: 1); 1 + (2^-11 + 2^-21) is past it (up)
+  EXPECT_EQ(static_cast<float>(an::add_in(half(1.0f), half(std::ldexp(1.0f, -11)), rounding::nearest_even)), 1.0f);
+  const half past = half(std::ldexp(1.0f, -11) + std::ldexp(1.0f, -21));
+  EXPECT_EQ(static_cast<float>(an::add_in(half(1.0f), past, rounding::nearest_even)), 1.0f + std::ldexp(1.0f, -10));
+}

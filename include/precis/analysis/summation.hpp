@@ -1,13 +1,12 @@
 // Arithmetic and sums carried out in a format F, each operation rounded once in a chosen mode,
 // stochastic rounding included: the engine of the summation and stagnation studies.
-// A sum of two values of F is formed exactly in double (checked: F has at most 24 digits and
-// the operands' exponents differ by at most 52 - t) and then rounded once into F.
+// A sum of two values of F is rounded once into F from the exact sum (TwoSum; see
+// round_exact_sum).
 #pragma once
 
 #include <cmath>
 #include <random>
 #include <span>
-#include <string>
 
 #include "precis/error.hpp"
 #include "precis/format/random.hpp"
@@ -20,16 +19,25 @@ template <class F>
 inline constexpr overflow study_overflow =
     format_traits<F>::has_infinity ? overflow::infinity : overflow::saturate;
 
-template <class F>
-double exact_sum_in_double(const F& a, const F& b) {
+/// a + b rounded once into F, from the exact sum: TwoSum (Knuth) gives s = fl64(a + b) and its
+/// exact error e. When e != 0 and s sits exactly on one of F's rounding boundaries (an F value or
+/// a midpoint between two), s is moved one double ulp toward the exact sum. F has at most 24
+/// digits, so its boundaries are >= 2^28 double ulps apart: the nudge decides the side correctly
+/// and crosses nothing else. (Stochastic rounding then draws its probability from s, off by at
+/// most 2^-28 of an ulp of F.)
+template <class F, class Round>
+F round_exact_sum(const F& a, const F& b, Round round) {
   static_assert(format_traits<F>::digits <= 24, "in-format sums: formats up to fp32");
   const double x = precis::detail::load<double>(a), y = precis::detail::load<double>(b);
-  if (x != 0 && y != 0 && std::abs(std::ilogb(x) - std::ilogb(y)) > 52 - format_traits<F>::digits) {
-    throw invalid_argument("precis::analysis::add_in<" + std::string(format_traits<F>::name) +
-                           ">: the sum of values near 2^" + std::to_string(std::ilogb(x)) + " and 2^" +
-                           std::to_string(std::ilogb(y)) + " is not exact in double");
-  }
-  return x + y;
+  const double s = x + y;
+  const double bb = s - x;
+  const double e = (x - (s - bb)) + (y - bb);
+  if (e == 0 || !std::isfinite(s)) return round(s);
+  constexpr overflow ov = study_overflow<F>;
+  const double dn = precis::detail::load<double>(round_to<F>(s, rounding::downward, ov));
+  const double up = precis::detail::load<double>(round_to<F>(s, rounding::upward, ov));
+  const bool boundary = dn == up || s - dn == up - s;
+  return round(boundary ? std::nextafter(s, e > 0 ? HUGE_VAL : -HUGE_VAL) : s);
 }
 
 }  // namespace detail
@@ -37,13 +45,14 @@ double exact_sum_in_double(const F& a, const F& b) {
 /// a + b rounded once into F in a deterministic mode.
 template <floating F>
 F add_in(const F& a, const F& b, rounding mode) {
-  return round_to<F>(detail::exact_sum_in_double(a, b), mode, detail::study_overflow<F>);
+  return detail::round_exact_sum(a, b, [&](double v) { return round_to<F>(v, mode, detail::study_overflow<F>); });
 }
 
 /// a + b rounded once into F; rounding::stochastic draws from gen.
 template <floating F, std::uniform_random_bit_generator Gen>
 F add_in(const F& a, const F& b, rounding mode, Gen& gen) {
-  return round_to<F>(detail::exact_sum_in_double(a, b), mode, detail::study_overflow<F>, gen);
+  return detail::round_exact_sum(
+      a, b, [&](double v) { return round_to<F>(v, mode, detail::study_overflow<F>, gen); });
 }
 
 /// ((x0 + x1) + x2) + ... with every addition rounded into F in `mode`.
