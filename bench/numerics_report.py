@@ -66,6 +66,16 @@ def error_table(rows):
     return "\n".join(lines)
 
 
+def update_table(rows):
+    lines = ["| format | delta | steps | exact | round to nearest | stochastic (mean of 16) | Kahan |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["name"].startswith("update_stagnation/"):
+            lines.append(f"| {r['label'].split(' (')[0]} | {g(r['delta'])} | {g(r['steps'])} | {g(r['exact'])} | "
+                         f"{g(r['nearest'])} | {g(r['stochastic_mean'])} | {g(r['kahan'])} |")
+    return "\n".join(lines)
+
+
 def sqrt_n_table(rows):
     lines = ["| data | n | backward error | / u | / (sqrt(n) u) | gamma_{n-1} |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -165,6 +175,15 @@ U[-1,1] data stay near a constant multiple of u. fp16 U[0,1] beyond n = 4096 is 
 stagnation regime: the sum outgrows the terms' ulp.
 
 {sqrt_n_table(sqrt_n)}
+
+## Case 7: update stagnation
+
+w = 1 receives the same small update delta (< ulp(1)/2) `steps` times, in the format
+(Micikevicius et al., ICLR 2018; Zamirai et al., 2020). By the definition of rounding to
+nearest, the weight never moves; stochastic rounding is right in expectation; Kahan-compensated
+updates (all operations in the format) carry the lost low part forward.
+
+{update_table(stag)}
 """
     with open(os.path.join(docs, "numerics.md"), "w") as f:
         f.write(md)

@@ -1,5 +1,5 @@
-// Numerics cases 1-3 (DESIGN.md): format constants, stagnation of a sum of ones, and stagnation
-// of the harmonic series, each measured value printed beside the value from the format's
+// Numerics cases 1-3 and 7 (DESIGN.md): format constants, stagnation of a sum of ones, stagnation
+// of the harmonic series, and stagnation of repeated weight updates, each measured value printed beside the value from the format's
 // specification, from theory, or from the literature. Counters carry the numbers, so
 // --benchmark_format=json gives machine-readable results; timings are irrelevant here.
 #include <benchmark/benchmark.h>
@@ -63,6 +63,36 @@ void BM_harmonic_stagnation(benchmark::State& state, rounding mode, double publi
                  (published_terms > 0 ? " (Higham & Pranesh 2019, Table 3.1)" : ""));
 }
 
+/// Case 7: w = 1 updated `steps` times by delta < ulp(1)/2 in F, by round to nearest,
+/// stochastic rounding (mean of 16 seeded runs) and Kahan-compensated updates; theory: round to
+/// nearest never moves (Micikevicius et al., ICLR 2018; Zamirai et al., 2020), the exact result
+/// is 1 + steps * delta.
+template <class F>
+void BM_update_stagnation(benchmark::State& state, double delta_value, std::uint64_t steps) {
+  namespace an = precis::analysis;
+  const F w0 = precis::round_to<F>(1.0);
+  const F delta = precis::round_to<F>(delta_value);
+  const double exact = 1.0 + static_cast<double>(steps) * precis::detail::load<double>(delta);
+  double rn = 0, sr = 0, kahan = 0;
+  for (auto _ : state) {
+    precis::xoshiro256pp unused(0);
+    rn = precis::detail::load<double>(an::repeated_update(w0, delta, steps, an::update_rule::nearest, unused));
+    kahan = precis::detail::load<double>(an::repeated_update(w0, delta, steps, an::update_rule::kahan, unused));
+    sr = 0;
+    for (int r = 0; r < 16; ++r) {
+      precis::xoshiro256pp gen(static_cast<std::uint64_t>(r) + 1);
+      sr += precis::detail::load<double>(an::repeated_update(w0, delta, steps, an::update_rule::stochastic, gen)) / 16;
+    }
+  }
+  state.counters["delta"] = precis::detail::load<double>(delta);
+  state.counters["steps"] = static_cast<double>(steps);
+  state.counters["exact"] = exact;
+  state.counters["nearest"] = rn;
+  state.counters["stochastic_mean"] = sr;
+  state.counters["kahan"] = kahan;
+  state.SetLabel(std::string(precis::format_traits<F>::name) + " (Micikevicius et al. 2018)");
+}
+
 template <class Fn, class... Args>
 void add(const std::string& name, Fn fn, Args... args) {
   benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { fn(st, args...); })
@@ -91,6 +121,9 @@ void register_all() {
   add("harmonic_stagnation/e5m2/nearest_even", BM_harmonic_stagnation<precis::float8_e5m2>, rounding::nearest_even, 0.0, 0.0);
   add("harmonic_stagnation/fp16/toward_zero", BM_harmonic_stagnation<precis::half>, rounding::toward_zero, 0.0, 0.0);
   add("harmonic_stagnation/bf16/toward_zero", BM_harmonic_stagnation<precis::bfloat16>, rounding::toward_zero, 0.0, 0.0);
+
+  add("update_stagnation/fp16", BM_update_stagnation<precis::half>, 3e-4, std::uint64_t{10000});
+  add("update_stagnation/bf16", BM_update_stagnation<precis::bfloat16>, 1e-3, std::uint64_t{10000});
 }
 
 }  // namespace

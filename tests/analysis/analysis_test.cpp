@@ -279,3 +279,27 @@ TEST(InFormatSums, RoundOnceFromTheExactSum) {
   const half past = half(std::ldexp(1.0f, -11) + std::ldexp(1.0f, -21));
   EXPECT_EQ(static_cast<float>(an::add_in(half(1.0f), past, rounding::nearest_even)), 1.0f + std::ldexp(1.0f, -10));
 }
+
+TEST(UpdateStagnation, NearestStallsStochasticAndKahanDoNot) {
+  // fp16: ulp(1) = 2^-10; delta = 2^-12 + 2^-14 (an fp16 value) is below ulp/2, so by the
+  // definition of rounding to nearest every update of w = 1 is lost
+  const half w0(1.0f), delta(std::ldexp(1.0f, -12) + std::ldexp(1.0f, -14));
+  const std::uint64_t steps = 4000;
+  const double exact = 1.0 + steps * static_cast<double>(static_cast<float>(delta));  // 2.25195...
+  xoshiro256pp gen(3);
+  EXPECT_EQ(static_cast<float>(an::repeated_update(w0, delta, steps, an::update_rule::nearest, gen)), 1.0f);
+  // Kahan: the final weight is within one rounding of the exact value (2u relative) plus the
+  // compensation left unapplied (|c| <= u |w| per step, carried, never lost)
+  const double k = static_cast<float>(an::repeated_update(w0, delta, steps, an::update_rule::kahan, gen));
+  EXPECT_LE(std::abs(k - exact), 2 * unit_roundoff<half>() * exact);
+  // stochastic: unbiased; the mean of 16 runs within 4 standard errors of the exact value
+  double mean = 0, sq = 0;
+  for (int r = 0; r < 16; ++r) {
+    xoshiro256pp g(static_cast<std::uint64_t>(100 + r));
+    const double v = static_cast<float>(an::repeated_update(w0, delta, steps, an::update_rule::stochastic, g));
+    mean += v / 16;
+    sq += v * v / 16;
+  }
+  const double sd = std::sqrt(std::max(sq - mean * mean, 0.0));
+  EXPECT_LE(std::abs(mean - exact), 4 * sd / 4.0 + 1e-12);
+}

@@ -71,3 +71,36 @@ stagnation_result<F> harmonic_stagnation(rounding mode, std::uint64_t max_terms)
 }
 
 }  // namespace precis::analysis
+
+namespace precis::analysis {
+
+/// How a weight update w <- w + delta is applied in F (numerics case 7: Micikevicius et al.,
+/// "Mixed Precision Training", ICLR 2018; Zamirai et al., "Revisiting BFloat16 Training", 2020).
+enum class update_rule {
+  nearest,     // round to nearest: stagnates once |delta| < ulp(w)/2
+  stochastic,  // stochastic rounding: right in expectation
+  kahan,       // compensated: the lost low part is carried to the next step (all ops in F)
+};
+
+/// w0 + delta + delta + ... (steps times), each update applied in F by `rule`.
+template <floating F, std::uniform_random_bit_generator Gen>
+F repeated_update(const F& w0, const F& delta, std::uint64_t steps, update_rule rule, Gen& gen) {
+  F w = w0;
+  F c = round_to<F>(0.0, rounding::nearest_even, detail::study_overflow<F>);
+  for (std::uint64_t i = 0; i < steps; ++i) {
+    switch (rule) {
+      case update_rule::nearest: w = add_in(w, delta, rounding::nearest_even); break;
+      case update_rule::stochastic: w = add_in(w, delta, rounding::stochastic, gen); break;
+      case update_rule::kahan: {
+        const F y = add_in(delta, F(-c), rounding::nearest_even);
+        const F t = add_in(w, y, rounding::nearest_even);
+        c = add_in(add_in(t, F(-w), rounding::nearest_even), F(-y), rounding::nearest_even);
+        w = t;
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace precis::analysis
