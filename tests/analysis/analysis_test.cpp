@@ -303,3 +303,23 @@ TEST(UpdateStagnation, NearestStallsStochasticAndKahanDoNot) {
   const double sd = std::sqrt(std::max(sq - mean * mean, 0.0));
   EXPECT_LE(std::abs(mean - exact), 4 * sd / 4.0 + 1e-12);
 }
+
+TEST(Bounds, GemmWithinTheBlockFmaBound) {
+  // numerics case 9 on small sizes: fp32-accumulated GEMM of fp16 / e4m3 inputs rounded from
+  // fp32 data, against the exact product of the fp32 data
+  Tensor<float> a32({4, 300}), b32({300, 3});
+  fill_uniform(a32, -1, 1, 1);
+  fill_uniform(b32, -1, 1, 2);
+  const auto [ref, mag] = an::reference_gemm(a32, b32);
+  auto check = [&](const auto& a, const auto& b, double ulow) {
+    Tensor<float> c({4, 3});
+    gemm<float>(1.0f, a, b, 0.0f, c);
+    const double bound = bounds::block_fma(300, 1, unit_roundoff<float>(), ulow);
+    for (index_t i = 0; i < c.size(); ++i)
+      EXPECT_LE(static_cast<double>(abs(an::exact_t(c.data()[i]) - ref.data()[i]) / mag.data()[i]), bound);
+  };
+  check(astype<half>(a32), astype<half>(b32), unit_roundoff<half>());
+  check(astype<float8_e4m3>(a32, rounding::nearest_even, overflow::saturate),
+        astype<float8_e4m3>(b32, rounding::nearest_even, overflow::saturate), unit_roundoff<float8_e4m3>());
+  check(a32, b32, 0.0);
+}

@@ -1,0 +1,68 @@
+// Numerics case 9 (DESIGN.md): GEMM error vs K for each input format with fp32 accumulation,
+// against the block-FMA bound of Blanchard, Higham, Lopez, Mary & Pranesh (SIAM J. Sci. Comput.
+// 42(3), 2020). precis's CPU GEMM widens inputs exactly and accumulates one FMA at a time, a
+// block FMA with b = 1. Two measurements per point:
+//   stored:   error against the exact product of the inputs as stored in the format:
+//             bound gamma_K(u32);
+//   original: error against the exact product of the fp32 data the inputs were rounded from:
+//             bound 2 u_low + u_low^2 + (1 + u_low)^2 gamma_K(u32).
+// The error is max_ij |C - C^|_ij / (|A||B|)_ij, the componentwise quantity the bounds bound.
+#include <benchmark/benchmark.h>
+
+#include <precis/analysis/analysis.hpp>
+#include <precis/precis.hpp>
+
+namespace {
+
+namespace an = precis::analysis;
+
+/// max_ij |c_ij - ref_ij| / mag_ij
+template <class C>
+double worst_normalized(const C& c, const precis::Tensor<an::exact_t, an::exact_t>& ref,
+                        const precis::Tensor<an::exact_t, an::exact_t>& mag) {
+  double worst = 0;
+  for (precis::index_t i = 0; i < ref.size(); ++i) {
+    const an::exact_t d = abs(precis::detail::load<an::exact_t>(c.data()[i]) - ref.data()[i]);
+    worst = std::max(worst, static_cast<double>(d / mag.data()[i]));
+  }
+  return worst;
+}
+
+template <class F>
+void BM_gemm_error(benchmark::State& state) {
+  const precis::index_t k = state.range(0), m = 4, n = 4;
+  precis::Tensor<float> a32({m, k}), b32({k, n});
+  precis::fill_uniform(a32, -1, 1, 11);
+  precis::fill_uniform(b32, -1, 1, 12);
+  const auto a = precis::astype<F>(a32, precis::rounding::nearest_even, precis::overflow::saturate);
+  const auto b = precis::astype<F>(b32, precis::rounding::nearest_even, precis::overflow::saturate);
+  precis::Tensor<float> c({m, n});
+  for (auto _ : state) precis::gemm<float>(1.0f, a, b, 0.0f, c, 1);
+  const auto [ref_s, mag_s] = an::reference_gemm(a, b);
+  const auto [ref_o, mag_o] = an::reference_gemm(a32, b32);
+  const double u32 = precis::unit_roundoff<float>();
+  const double ulow = std::is_same_v<F, float> ? 0.0 : precis::unit_roundoff<F>();
+  const double err_s = worst_normalized(c, ref_s, mag_s);
+  const double err_o = worst_normalized(c, ref_o, mag_o);
+  const double bound_s = precis::bounds::block_fma(static_cast<double>(k), 1, u32);
+  const double bound_o = precis::bounds::block_fma(static_cast<double>(k), 1, u32, ulow);
+  state.counters["K"] = static_cast<double>(k);
+  state.counters["err_stored"] = err_s;
+  state.counters["bound_stored"] = bound_s;
+  state.counters["stored_over_bound"] = err_s / bound_s;
+  state.counters["err_original"] = err_o;
+  state.counters["bound_original"] = bound_o;
+  state.counters["original_over_bound"] = err_o / bound_o;
+  state.SetLabel(std::string(precis::format_traits<F>::name) + " -> fp32 (Blanchard et al. 2020)");
+}
+
+#define PRECIS_KS ->RangeMultiplier(4)->Range(64, 16384)->Iterations(1)->Unit(benchmark::kMillisecond)
+BENCHMARK_TEMPLATE(BM_gemm_error, precis::half) PRECIS_KS;
+BENCHMARK_TEMPLATE(BM_gemm_error, precis::bfloat16) PRECIS_KS;
+BENCHMARK_TEMPLATE(BM_gemm_error, precis::float8_e4m3) PRECIS_KS;
+BENCHMARK_TEMPLATE(BM_gemm_error, precis::float8_e5m2) PRECIS_KS;
+BENCHMARK_TEMPLATE(BM_gemm_error, float) PRECIS_KS;
+
+}  // namespace
+
+BENCHMARK_MAIN();
