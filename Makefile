@@ -36,11 +36,12 @@ bench:
 numerics:
 	tools/deps.sh numerics
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
-	cmake --build --preset release -j $(JOBS) --target numerics_stagnation numerics_summation numerics_gemm_error
+	cmake --build --preset release -j $(JOBS) --target numerics_stagnation numerics_summation numerics_gemm_error numerics_underflow
 	mkdir -p build/numerics
 	./build/release/bench/numerics/numerics_stagnation --benchmark_format=json > build/numerics/stagnation.json
 	./build/release/bench/numerics/numerics_summation --benchmark_format=json > build/numerics/summation.json
 	./build/release/bench/numerics/numerics_gemm_error --benchmark_format=json > build/numerics/gemm_error.json
+	./build/release/bench/numerics/numerics_underflow --benchmark_format=json > build/numerics/underflow.json
 	python3 bench/numerics_report.py build/numerics docs
 
 asan:
