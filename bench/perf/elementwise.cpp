@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <precis/precis.hpp>
+
+#include "memcpy_baseline.hpp"
 #include <vector>
 
 namespace {
@@ -65,16 +67,7 @@ void BM_bias_add(benchmark::State& state) {
 }
 
 /// memcpy of `bytes` = range(0) (counted as read + write).
-void BM_memcpy(benchmark::State& state) {
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  std::vector<char> src(bytes, 1), dst(bytes);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
-}
+void BM_memcpy(benchmark::State& state) { time_memcpy(state, 2); }
 
 // 2^16 elements (L2-resident) and 2^24 (main memory).
 #define PRECIS_SIZES ->Arg(1 << 16)->Arg(1 << 24)->UseRealTime()

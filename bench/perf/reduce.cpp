@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <precis/precis.hpp>
+
+#include "memcpy_baseline.hpp"
 #include <vector>
 
 namespace {
@@ -46,16 +48,7 @@ void BM_softmax(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * rows * 1024 * static_cast<std::int64_t>(sizeof(S)));
 }
 
-void BM_memcpy(benchmark::State& state) {
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  std::vector<char> src(bytes, 1), dst(bytes);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes));
-}
+void BM_memcpy(benchmark::State& state) { time_memcpy(state, 1); }
 
 using precis::summation;
 #define PRECIS_SIZES ->Arg(1 << 16)->Arg(1 << 24)->UseRealTime()

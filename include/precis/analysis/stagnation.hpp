@@ -34,40 +34,36 @@ F reciprocal_rounded(std::uint64_t k, rounding mode) {
 
 }  // namespace detail
 
-/// Sum of ones in F, rounded in `mode`, until it stops growing.
-template <floating F>
-stagnation_result<F> ones_stagnation(rounding mode, std::uint64_t max_terms) {
+/// Adds term(k) for k = 1, 2, ... to a sum in F, rounding in `mode`, until a term leaves the
+/// sum unchanged (or max_terms is reached).
+template <floating F, class Term>
+stagnation_result<F> sum_until_stagnation(Term term, rounding mode, std::uint64_t max_terms) {
   stagnation_result<F> r;
-  const F one = round_to<F>(1.0, rounding::nearest_even, overflow::saturate);
   for (std::uint64_t k = 1; k <= max_terms; ++k) {
-    const F next = add_in(r.sum, one, mode);
+    const F next = add_in(r.sum, term(k), mode);
+    r.terms = k;
     if (next == r.sum) {
-      r.terms = k;
       r.stagnated = true;
       return r;
     }
     r.sum = next;
-    r.terms = k;
   }
   return r;
+}
+
+/// Sum of ones in F, rounded in `mode`, until it stops growing.
+template <floating F>
+stagnation_result<F> ones_stagnation(rounding mode, std::uint64_t max_terms) {
+  const F one = round_to<F>(1.0, rounding::nearest_even, overflow::saturate);
+  return sum_until_stagnation<F>([&](std::uint64_t) { return one; }, mode, max_terms);
 }
 
 /// Harmonic series in F, each 1/k and each partial sum rounded in `mode`, until a term no
 /// longer changes the sum.
 template <floating F>
 stagnation_result<F> harmonic_stagnation(rounding mode, std::uint64_t max_terms) {
-  stagnation_result<F> r;
-  for (std::uint64_t k = 1; k <= max_terms; ++k) {
-    const F next = add_in(r.sum, detail::reciprocal_rounded<F>(k, mode), mode);
-    if (next == r.sum) {
-      r.terms = k;
-      r.stagnated = true;
-      return r;
-    }
-    r.sum = next;
-    r.terms = k;
-  }
-  return r;
+  return sum_until_stagnation<F>([&](std::uint64_t k) { return detail::reciprocal_rounded<F>(k, mode); },
+                                 mode, max_terms);
 }
 
 }  // namespace precis::analysis
