@@ -25,13 +25,14 @@ void BM_add(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 3 * static_cast<std::int64_t>(sizeof(S)));
 }
 
-template <class S>
-void BM_exp(benchmark::State& state) {
+/// out = op(a) over range(0) elements drawn uniform on [lo, hi); counts read + write bytes.
+template <class S, class Op>
+void time_unary(benchmark::State& state, double lo, double hi, Op op) {
   const auto n = state.range(0);
   precis::Tensor<S> a({n}), c({n});
-  precis::fill_uniform(a, -4, 4, 1);
+  precis::fill_uniform(a, lo, hi, 1);
   for (auto _ : state) {
-    precis::exp(a, c);
+    op(a, c);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -39,16 +40,13 @@ void BM_exp(benchmark::State& state) {
 }
 
 template <class S>
+void BM_exp(benchmark::State& state) {
+  time_unary<S>(state, -4, 4, [](const auto& a, auto& c) { precis::exp(a, c); });
+}
+
+template <class S>
 void BM_relu(benchmark::State& state) {
-  const auto n = state.range(0);
-  precis::Tensor<S> a({n}), c({n});
-  precis::fill_uniform(a, -1, 1, 1);
-  for (auto _ : state) {
-    precis::relu(a, c);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * n * 2 * static_cast<std::int64_t>(sizeof(S)));
+  time_unary<S>(state, -1, 1, [](const auto& a, auto& c) { precis::relu(a, c); });
 }
 
 /// Broadcast add of a row vector to a matrix (bias add), rows x 1024.
