@@ -248,22 +248,90 @@ TEST(StochasticRounding, BitReproducibleFromTheSeed) {
   (void)exact;
 }
 
-TEST(Bounds, DeterministicBoundsHoldForSmallSums) {
-  // every deterministic-bound case on small sizes: fp16 recursive sums of U[0,1] data
-  for (std::size_t n : {10u, 100u, 1000u}) {
-    std::vector<half> x(n);
-    xoshiro256pp gen(n);
-    an::exact_t exact = 0, abs_sum = 0;
-    for (auto& v : x) {
-      v = round_to<half>(static_cast<double>(gen() >> 11) * 0x1p-53);
-      exact += precis::detail::load<an::exact_t>(v);
-      abs_sum += abs(precis::detail::load<an::exact_t>(v));
-    }
-    xoshiro256pp unused(0);
-    const half s = an::recursive_sum_in<half>(x, rounding::nearest_even, unused);
-    const double err = static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - exact) / abs_sum);
-    EXPECT_LE(err, bounds::recursive_sum(static_cast<double>(n), unit_roundoff<half>())) << n;
+namespace {
+
+/// n fp16 values U[lo, 1) from a seeded generator, their exact sum and sum of magnitudes.
+struct half_data {
+  std::vector<half> x;
+  an::exact_t exact = 0, abs_sum = 0;
+};
+
+half_data uniform_half(std::size_t n, double lo, std::uint64_t seed) {
+  half_data d;
+  d.x.resize(n);
+  xoshiro256pp gen(seed);
+  for (auto& v : d.x) {
+    v = round_to<half>(lo + (1 - lo) * (static_cast<double>(gen() >> 11) * 0x1p-53));
+    d.exact += precis::detail::load<an::exact_t>(v);
+    d.abs_sum += abs(precis::detail::load<an::exact_t>(v));
   }
+  return d;
+}
+
+double backward_error(const half& s, const half_data& d) {
+  return static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - d.exact) / d.abs_sum);
+}
+
+}  // namespace
+
+TEST(Bounds, DeterministicBoundsHoldForSmallSums) {
+  // every deterministic-bound summation case on small sizes, fp16 data U[0,1] and U[-1,1]:
+  // recursive gamma_{n-1}, pairwise gamma_{ceil log2 n}, compensated 2u + 4nu^2, fp32
+  // accumulator rounded once to fp16 u + (1 + u) gamma_{n-1}(u32)
+  const double u = unit_roundoff<half>(), u32 = unit_roundoff<float>();
+  for (double lo : {0.0, -1.0})
+    for (std::size_t n : {10u, 100u, 1000u, 1500u}) {
+      const auto d = uniform_half(n, lo, n);
+      const double nd = static_cast<double>(n);
+      xoshiro256pp unused(0);
+      const auto rec = an::recursive_sum_in<half>(d.x, rounding::nearest_even, unused);
+      const auto pair = an::pairwise_sum_in<half>(d.x, rounding::nearest_even, unused);
+      const auto comp = an::compensated_sum_in<half>(d.x);
+      const auto wide = an::widened_sum_in<float, half>(d.x, rounding::nearest_even, unused);
+      EXPECT_LE(backward_error(rec, d), bounds::recursive_sum(nd, u)) << n;
+      EXPECT_LE(backward_error(pair, d), bounds::pairwise_sum(nd, u)) << n;
+      EXPECT_LE(backward_error(comp, d), bounds::compensated_sum(nd, u)) << n;
+      EXPECT_LE(backward_error(wide, d), u + (1 + u) * bounds::recursive_sum(nd, u32)) << n;
+    }
+}
+
+TEST(InFormatSums, AlgorithmsFollowTheirDefinitions) {
+  // values chosen so each algorithm's result is known by hand in fp16 (ulp(1) = 2^-10)
+  const half one(1.0f), q(std::ldexp(1.0f, -11));  // q = u: 1 + q is a tie, rounds to 1
+  const std::vector<half> x{one, q, q, q, q};
+  xoshiro256pp unused(0);
+  // recursive: every 1 + q ties back to 1
+  EXPECT_EQ(static_cast<float>(an::recursive_sum_in<half>(x, rounding::nearest_even, unused)), 1.0f);
+  // pairwise: (1 + q) + (q + (q + q)) with the split at n/2 = 2: (1 + q) -> 1; q + (q + q) = 3q
+  // exact; 1 + 3q = 1 + 1.5 ulp is a tie between 1 + ulp (odd) and 1 + 2 ulp (even)
+  EXPECT_EQ(static_cast<float>(an::pairwise_sum_in<half>(x, rounding::nearest_even, unused)), 1.0f + std::ldexp(1.0f, -9));
+  // compensated: exact 1 + 4q = 1 + 2 ulp is representable and recovered
+  EXPECT_EQ(static_cast<float>(an::compensated_sum_in<half>(x)), 1.0f + std::ldexp(1.0f, -9));
+  // fp32 accumulator: exact, then 1 + 2 ulp is representable in fp16
+  EXPECT_EQ(static_cast<float>(an::widened_sum_in<float, half>(x, rounding::nearest_even, unused)), 1.0f + std::ldexp(1.0f, -9));
+  // products rounded once: (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 rounds to 1 + 2^-9
+  const half a(1.0f + std::ldexp(1.0f, -10));
+  EXPECT_EQ(static_cast<float>(an::mul_in(a, a, rounding::nearest_even, unused)), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_EQ(static_cast<float>(an::mul_in(a, a, rounding::upward, unused)), 1.0f + 3 * std::ldexp(1.0f, -10));
+  const std::vector<half> y{a, a};
+  EXPECT_THROW(an::dot_in<half>(x, y, rounding::nearest_even, unused), shape_error);
+}
+
+TEST(Bounds, DotProductsWithinGammaN) {
+  // recursive dot products in fp16 (each product and sum rounded once): gamma_n sum |x_i y_i|
+  const double u = unit_roundoff<half>();
+  for (double lo : {0.0, -1.0})
+    for (std::size_t n : {10u, 100u, 1000u}) {
+      const auto x = uniform_half(n, lo, 2 * n), y = uniform_half(n, lo, 2 * n + 1);
+      Tensor<half> tx({static_cast<index_t>(n)}), ty({static_cast<index_t>(n)});
+      std::copy(x.x.begin(), x.x.end(), tx.data());
+      std::copy(y.x.begin(), y.x.end(), ty.data());
+      const auto [exact, mag] = an::reference_dot(tx, ty);
+      xoshiro256pp unused(0);
+      const half s = an::dot_in<half>(x.x, y.x, rounding::nearest_even, unused);
+      const double err = static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - exact) / mag);
+      EXPECT_LE(err, bounds::dot(static_cast<double>(n), u)) << n;
+    }
 }
 
 TEST(InFormatSums, RoundOnceFromTheExactSum) {

@@ -81,21 +81,14 @@ enum class update_rule {
 /// w0 + delta + delta + ... (steps times), each update applied in F by `rule`.
 template <floating F, std::uniform_random_bit_generator Gen>
 F repeated_update(const F& w0, const F& delta, std::uint64_t steps, update_rule rule, Gen& gen) {
-  F w = w0;
-  F c = round_to<F>(0.0, rounding::nearest_even, detail::study_overflow<F>);
-  for (std::uint64_t i = 0; i < steps; ++i) {
-    switch (rule) {
-      case update_rule::nearest: w = add_in(w, delta, rounding::nearest_even); break;
-      case update_rule::stochastic: w = add_in(w, delta, rounding::stochastic, gen); break;
-      case update_rule::kahan: {
-        const F y = add_in(delta, F(-c), rounding::nearest_even);
-        const F t = add_in(w, y, rounding::nearest_even);
-        c = add_in(add_in(t, F(-w), rounding::nearest_even), F(-y), rounding::nearest_even);
-        w = t;
-        break;
-      }
-    }
+  if (rule == update_rule::kahan) {
+    compensated_accumulator<F> acc(w0);
+    for (std::uint64_t i = 0; i < steps; ++i) acc.add(delta);
+    return acc.sum;
   }
+  F w = w0;
+  for (std::uint64_t i = 0; i < steps; ++i)
+    w = rule == update_rule::nearest ? add_in(w, delta, rounding::nearest_even) : add_in(w, delta, rounding::stochastic, gen);
   return w;
 }
 
