@@ -33,15 +33,15 @@ bench:
 
 # The rounding-error and underflow suite: runs bench/numerics and regenerates docs/numerics.md
 # and its plots from the JSON.
+NUMERICS := formats stagnation stochastic summation dot_gemm underflow
 numerics:
 	tools/deps.sh numerics
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
-	cmake --build --preset release -j $(JOBS) --target numerics_stagnation numerics_summation numerics_gemm_error numerics_underflow
+	cmake --build --preset release -j $(JOBS) --target $(addprefix numerics_,$(NUMERICS))
 	mkdir -p build/numerics
-	./build/release/bench/numerics/numerics_stagnation --benchmark_format=json > build/numerics/stagnation.json
-	./build/release/bench/numerics/numerics_summation --benchmark_format=json > build/numerics/summation.json
-	./build/release/bench/numerics/numerics_gemm_error --benchmark_format=json > build/numerics/gemm_error.json
-	./build/release/bench/numerics/numerics_underflow --benchmark_format=json > build/numerics/underflow.json
+	for p in $(NUMERICS); do \
+	  ./build/release/bench/numerics/numerics_$$p --benchmark_format=json > build/numerics/$$p.json || exit 1; \
+	done
 	python3 bench/numerics_report.py build/numerics docs
 
 asan:

@@ -19,6 +19,20 @@ def load(path):
     return out
 
 
+def gnuplot(lines):
+    subprocess.run(["gnuplot"], input="\n".join(lines), text=True, check=True)
+
+
+def write_dat(path, rows):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(" ".join(str(v) for v in row) + "\n")
+
+
+def short(label):
+    return label.split(" (")[0]
+
+
 def g(x):
     if float(x).is_integer() and abs(x) < 1e15:
         return str(int(x))
@@ -26,15 +40,13 @@ def g(x):
 
 
 def formats_table(rows):
-    lines = ["| format | digits (spec) | max (spec) | min normal (spec) | min subnormal (spec) | u |",
-             "|---|---|---|---|---|---|"]
+    keys = ("digits", "max", "min_normal", "min_subnormal", "u")
+    lines = ["| format | digits t (spec) | max (spec) | min normal (spec) | min subnormal (spec) | u = 2^-t (spec) | |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        if not r["name"].startswith("format_constants/"):
-            continue
-        ok = all(r[k] == r[k + "_spec"] for k in ("digits", "max", "min_normal", "min_subnormal"))
-        lines.append(f"| {r['label']} | {g(r['digits'])} ({g(r['digits_spec'])}) | {g(r['max'])} ({g(r['max_spec'])}) | "
-                     f"{g(r['min_normal'])} ({g(r['min_normal_spec'])}) | {g(r['min_subnormal'])} "
-                     f"({g(r['min_subnormal_spec'])}) | {g(r['u'])} |" + ("" if ok else " **mismatch**"))
+        ok = all(r[k] == r[k + "_spec"] for k in keys)
+        cells = " | ".join(f"{g(r[k])} ({g(r[k + '_spec'])})" for k in keys)
+        lines.append(f"| {r['label']} | {cells} | {'match' if ok else '**MISMATCH**'} |")
     return "\n".join(lines)
 
 
@@ -57,12 +69,13 @@ def harmonic_table(rows):
 
 
 def error_table(rows):
-    lines = ["| format | n | RN error | SR error (mean of 10) | SR bias | gamma_{n-1} | gamma~_n(3) | SR / gamma~ | RN / gamma~ |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| format | n | RN error | SR error (mean of {g(rows[0]['seeds'])}) | SR / (sqrt(n) u) | SR bias ± std. error (z) | gamma_{{n-1}} | gamma~_n(3) | SR / gamma~ | RN / gamma~ |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         det = g(r["bound_det"]) if r["bound_det"] >= 0 else "none (nu >= 1)"
-        lines.append(f"| {r['label'].split(' (')[0]} | {g(r['n'])} | {g(r['err_rn'])} | {g(r['err_sr'])} | "
-                     f"{g(r['bias_sr'])} | {det} | {g(r['bound_prob'])} | {g(r['sr_over_prob'])} | {g(r['rn_over_prob'])} |")
+        lines.append(f"| {short(r['label'])} | {g(r['n'])} | {g(r['err_rn'])} | {g(r['err_sr'])} | {g(r['sr_over_sqrt_n_u'])} | "
+                     f"{g(r['bias_sr'])} ± {g(r['bias_sr_std_error'])} ({r['bias_sr_z']:.2f}) | {det} | {g(r['bound_prob'])} | "
+                     f"{g(r['sr_over_prob'])} | {g(r['rn_over_prob'])} |")
     return "\n".join(lines)
 
 
@@ -119,8 +132,8 @@ def plot_histogram(rows, docs):
     return "img/exponent_histogram.png"
 
 
-def sqrt_n_table(rows):
-    lines = ["| data | n | backward error | / u | / (sqrt(n) u) | gamma_{n-1} |", "|---|---|---|---|---|---|"]
+def sqrt_n_table(rows, bound_name):
+    lines = [f"| data | n | backward error | / u | / (sqrt(n) u) | {bound_name} |", "|---|---|---|---|---|---|"]
     for r in rows:
         det = g(r["bound_det"]) if r["bound_det"] >= 0 else "none (nu >= 1)"
         lines.append(f"| {r['label'].split(' (')[0]} | {g(r['n'])} | {g(r['err'])} | {g(r['err_over_u'])} | "
@@ -128,9 +141,94 @@ def sqrt_n_table(rows):
     return "\n".join(lines)
 
 
+def bias_table(rows):
+    lines = ["| format | x = 1 + f ulp | draws | SR mean error (ulp) | std. error (theory) | z | RN error (ulp) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['label']} | f = {g(r['f'])} | {g(r['draws'])} | {g(r['sr_bias_ulp'])} | "
+                     f"{g(r['sr_std_error_ulp'])} ({g(r['sr_std_error_theory'])}) | {r['sr_z']:.2f} | {g(r['rn_bias_ulp'])} |")
+    return "\n".join(lines)
+
+
+CASE6_ALGS = [("recursive", "recursive"), ("pairwise", "pairwise"), ("compensated", "compensated (Kahan)"),
+              ("fp32_acc", "fp32 accumulator"), ("stochastic", "stochastic")]
+
+
+def case6_table(rows):
+    head = " | ".join(f"{name}: error (bound)" for _, name in CASE6_ALGS[:-1])
+    head += f" | stochastic, mean of {g(rows[0]['seeds'])}: error (bound)"
+    lines = [f"| data | n | exact sum | {head} |", "|---|---|---|" + "---|" * len(CASE6_ALGS)]
+    for r in rows:
+        cells = []
+        for key, _ in CASE6_ALGS:
+            b = r["bound_" + key]
+            cells.append(f"{g(r['err_' + key])} ({g(b) if b >= 0 else 'none'})")
+        lines.append(f"| {short(r['label'])} | {g(r['n'])} | {g(r['exact_sum'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_case6(rows, docs):
+    img = os.path.join(docs, "img")
+    script = ["set terminal pngcairo size 1100,450 font 'sans,10'", f"set output '{os.path.join(img, 'fp16_summation.png')}'",
+              "set multiplot layout 1,2", "set encoding utf8", "set logscale x 2", "set logscale y 10",
+              "set format x '2^{%L}'", "set format y '10^{%L}'", "set xlabel 'n (terms summed)'",
+              "set ylabel 'relative error |ŝ - s| / |s|'", "set key top left box opaque font ',9'", "set grid",
+              "set yrange [1e-6:2]"]
+    files = []
+    for data_name in ("random", "harmonic"):
+        sel = [r for r in rows if f"/{data_name}/" in r["name"]]
+        dat = os.path.join(img, f"case6_{data_name}.dat")
+        # log axes: an error of exactly 0 is drawn at the bottom edge
+        write_dat(dat, [[r["n"], r["u"]] + [max(r["err_" + k], 1e-6) for k, _ in CASE6_ALGS] for r in sel])
+        files.append(dat)
+        plots = [f"'{dat}' u 1:{i + 3} w lp pt {5 + i} t '{name}'" for i, (_, name) in enumerate(CASE6_ALGS)]
+        plots.append(f"'{dat}' u 1:2 w l dt 2 lw 2 lc rgb '#666666' t 'u (fp16)'")
+        script += [f"set title 'fp16 sums of {short(sel[0]['label'])} terms'", "plot " + ", ".join(plots)]
+    script.append("unset multiplot")
+    gnuplot(script)
+    for f in files:
+        os.remove(f)
+    return "img/fp16_summation.png"
+
+
+def plot_stagnation(rows, docs):
+    img = os.path.join(docs, "img")
+    sel = [r for r in rows if r["name"].startswith("harmonic_stagnation/") and "nearest_even" in r["name"]]
+    right = 23  # log2 of the plot's right edge
+    script = ["set terminal pngcairo size 900,450 font 'sans,10'", f"set output '{os.path.join(img, 'harmonic_stagnation.png')}'",
+              "set encoding utf8", "set logscale x 2", "set format x '2^{%L}'", "set xlabel 'n (terms)'",
+              "set ylabel 'partial sum of 1 + 1/2 + ... + 1/n'", "set key top left box opaque", "set grid",
+              f"set xrange [1:2**{right}]",
+              "set title 'harmonic series rounded to nearest in each format: stagnation points (dots)'"]
+    plots, files = [], []
+    exact = {}
+    colors = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"]
+    for i, r in enumerate(sel):
+        fmt = r["name"].split("/")[1]
+        ks = sorted(int(k[3:]) for k in r if k.startswith("H2^"))
+        pts = [(2 ** k, r[f"H2^{k}"]) for k in ks]
+        for k in range(right + 1):
+            exact[2 ** k] = r[f"exact2^{k}"]
+        # after the stagnation point the sum no longer changes (definition of stagnation)
+        pts += [(r["terms"], r["sum"]), (2 ** right, r["sum"])]
+        dat = os.path.join(img, f"stag_{fmt}.dat")
+        write_dat(dat, pts)
+        files.append(dat)
+        plots.append(f"'{dat}' u 1:2 w l lw 2 lc rgb '{colors[i % len(colors)]}' t '{short(r['label']).split()[0]}' noenhanced")
+        plots.append(f"'{dat}' every ::{len(pts) - 2}::{len(pts) - 2} u 1:2 w p pt 7 ps 1.5 lc rgb 'black' notitle")
+    dat = os.path.join(img, "stag_exact.dat")
+    write_dat(dat, sorted(exact.items()))
+    files.append(dat)
+    plots.append(f"'{dat}' u 1:2 w l dt 2 lw 2 lc rgb '#666666' t 'exact H_n'")
+    script.append("plot " + ", ".join(plots))
+    gnuplot(script)
+    for f in files:
+        os.remove(f)
+    return "img/harmonic_stagnation.png"
+
+
 def plot_errors(rows, docs):
     img = os.path.join(docs, "img")
-    os.makedirs(img, exist_ok=True)
     panels = []
     for fmt in ("fp16", "bf16"):
         data = os.path.join(img, f"harmonic_error_{fmt}.dat")
@@ -153,7 +251,7 @@ def plot_errors(rows, docs):
     for fmt, data in panels:
         script += [
             f"set title 'harmonic sum in {fmt}'",
-            f"plot '{data}' u 1:2 w lp pt 7 t 'round to nearest', '' u 1:3 w lp pt 5 t 'stochastic (mean of 10)', "
+            f"plot '{data}' u 1:2 w lp pt 7 t 'round to nearest', '' u 1:3 w lp pt 5 t 'stochastic (mean of {g(rows[0]['seeds'])})', "
             f"'' u 1:4 w l dt 2 lw 2 t 'γ_{{n-1}} (deterministic)', '' u 1:5 w l dt 4 lw 2 t 'γ̃_n(3) (probabilistic)'",
         ]
     script.append("unset multiplot")
@@ -164,27 +262,37 @@ def plot_errors(rows, docs):
 
 
 def main(json_dir, docs):
-    stag = load(os.path.join(json_dir, "stagnation.json"))
-    summ = load(os.path.join(json_dir, "summation.json"))
-    gemm = load(os.path.join(json_dir, "gemm_error.json"))
-    under = load(os.path.join(json_dir, "underflow.json"))
-    harmonic = [r for r in summ if r["name"].startswith("BM_harmonic_error")]
+    data = {name: load(os.path.join(json_dir, name + ".json"))
+            for name in ("formats", "stagnation", "stochastic", "summation", "dot_gemm", "underflow")}
+    stag, stoch, summ, dotg = data["stagnation"], data["stochastic"], data["summation"], data["dot_gemm"]
+    os.makedirs(os.path.join(docs, "img"), exist_ok=True)
+    harmonic = [r for r in stoch if r["name"].startswith("harmonic_error/")]
+    bias = [r for r in stoch if r["name"].startswith("rounding_bias/")]
     sqrt_n = [r for r in summ if r["name"].startswith("BM_sqrt_n_law")]
+    case6 = [r for r in summ if r["name"].startswith("BM_fp16_summation_algorithms")]
+    dots = [r for r in dotg if r["name"].startswith("BM_dot_sqrt_n_law")]
+    gemm = [r for r in dotg if r["name"].startswith("BM_gemm_error")]
     plot = plot_errors(harmonic, docs)
-    hist = plot_histogram(under, docs)
+    stag_plot = plot_stagnation(stag, docs)
+    case6_plot = plot_case6(case6, docs)
+    hist = plot_histogram(data["underflow"], docs)
     md = f"""# Numerics: rounding error and underflow, measured
 
-Generated by `make numerics` (`bench/numerics_report.py` from the JSON of `bench/numerics/*`);
-do not edit by hand. Each case prints the measured value next to the value from the
-specification, from theory or from the literature.
+Generated by `make numerics` (`bench/numerics_report.py` from the JSON of the six programs in
+`bench/numerics/`: formats, stagnation, stochastic, summation, dot_gemm, underflow); do not edit
+by hand. Each case prints the measured value next to the value from the specification, from
+theory or from the literature. Every random draw is seeded: a rerun reproduces every number.
 
 ## Case 1: format constants (measured vs specification)
 
-The maximum is measured by rounding 2 x max toward zero with saturation; the other constants come
-from `precis::format_traits`. Specifications: IEEE 754-2019 (binary16, binary32), bfloat16, OCP
-8-bit Floating Point v1.0 (E4M3, E5M2).
+Measured by rounding experiments on 1000-bit values, nothing read from `precis::format_traits`:
+t is the largest k for which 1 + 2^(1-k) survives rounding to nearest; the smallest subnormal is
+the last power of two that survives truncation; the smallest normal is the last power of two p
+for which p (1 + 2^(1-t)) keeps its t digits; the maximum is a huge value truncated with
+saturation. Specifications: IEEE 754-2019 (binary16, binary32, binary64), bfloat16, NVIDIA
+TensorFloat-32, OCP 8-bit Floating Point v1.0 (E4M3, E5M2).
 
-{formats_table(stag)}
+{formats_table(data["formats"])}
 
 ## Case 2: stagnation of 1 + 1 + 1 + ...
 
@@ -199,28 +307,64 @@ SIAM J. Sci. Comput. 41(5), 2019, Table 3.1 (round to nearest).
 
 {harmonic_table(stag)}
 
-## Case 4: harmonic-sum error vs n, round to nearest vs stochastic rounding
+![harmonic partial sums and stagnation points]({stag_plot})
 
-Terms fl(1/k) stored in the format; the reference is the exact sum of the stored terms. Bounds:
-deterministic gamma_{{n-1}} (Higham 2002), which does not exist once nu >= 1, and probabilistic
-gamma~_n(3) = exp(3 sqrt(n) u + n u^2/(1-u)) - 1, which holds with probability >= 0.978
-(Connolly, Higham & Mary 2021). Round to nearest stagnates and crosses the probabilistic bound;
-stochastic rounding stays far below it, with a mean bias indistinguishable from zero.
+## Case 4: stochastic rounding: unbiased, and error ~ sqrt(n) u where round to nearest stagnates
+
+**One rounding.** x = 1 + f ulp(1) rounded 2^20 times. Stochastic rounding rounds up with
+probability f, so its mean error is 0 with standard error sqrt(f (1 - f) / draws); |z| = |mean| /
+std. error below ~3 is indistinguishable from zero. Round to nearest errs by -f ulp every time.
+
+{bias_table(bias)}
+
+**The harmonic sum vs n.** Terms fl(1/k) stored in the format; the reference is the exact sum
+of the stored terms. Bounds: deterministic gamma_{{n-1}} (Higham 2002), which does not exist once
+nu >= 1, and probabilistic gamma~_n(3) = exp(3 sqrt(n) u + n u^2/(1-u)) - 1, which holds with
+probability >= 0.978 (Connolly, Higham & Mary 2021; Croci et al. 2022). Round to nearest
+stagnates and crosses the probabilistic bound; stochastic rounding stays below it, its error
+divided by sqrt(n) u bounded (it falls as n grows: the later terms are small), and its mean
+signed error over {g(harmonic[0]['seeds'])} seeds is within a few standard errors of zero.
 
 ![harmonic-sum error vs n]({plot})
 
 {error_table(harmonic)}
 
-## Case 5: the sqrt(n) u law
+## Case 5: the sqrt(n) u law, sums and dot products
 
-Backward error |s^ - s| / sum |x_i| of recursive summation (round to nearest) of n values drawn
-from U[0,1] or U[-1,1], mean of 8 draws (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019 and
-42(5), 2020). In fp32 and in fp16 before stagnation, the U[0,1] error divided by sqrt(n) u stays
-roughly constant: it grows like sqrt(n) u, far below the worst case gamma_{{n-1}}. The mean-zero
-U[-1,1] data stay near a constant multiple of u. fp16 U[0,1] beyond n = 4096 is the
-stagnation regime: the sum outgrows the terms' ulp.
+Backward error |s^ - s| / sum |x_i| of recursive summation, and |s^ - s| / sum |x_i y_i| of
+recursive dot products (each product and each addition rounded once), in the format with round
+to nearest, of n values drawn from U[0,1] or U[-1,1], mean of 8 draws (Higham & Mary, SIAM J.
+Sci. Comput. 41(5), 2019 and 42(5), 2020). In fp32, and in fp16 before stagnation, the U[0,1]
+error divided by sqrt(n) u stays roughly constant: it grows like sqrt(n) u, far below the worst
+case. The mean-zero U[-1,1] data stay near a constant multiple of u. fp16 U[0,1] at the largest
+n is the stagnation regime, where the sum outgrows the terms' ulp: from n = 4096 for dot
+products (whose terms, products of two U[0,1] values, are smaller) and n = 16384 for sums.
 
-{sqrt_n_table(sqrt_n)}
+**Sums**
+
+{sqrt_n_table(sqrt_n, "gamma_{n-1}")}
+
+**Dot products**
+
+{sqrt_n_table(dots, "gamma_n")}
+
+## Case 6: summation algorithms in fp16
+
+The setup of Fasi & Mikaitis (IEEE Trans. Emerg. Topics Comput. 9(3), 2021, Sec. 8.1; their
+script test_summation_algorithms.m): 100000 terms summed in index order, random values
+U[-0.002, 0.008] rounded to fp16, or the harmonic terms fl16(1/k). Relative error of the first n
+terms against the exact sum of the stored terms, with each algorithm's bound in parentheses
+(scaled by kappa = sum |x_i| / |s|; "none" where nu >= 1): recursive gamma_{{n-1}}, pairwise
+gamma_{{ceil(log2 n)}}, compensated 2u + 4nu^2, fp32 accumulator rounded once to fp16
+u + (1 + u) gamma_{{n-1}}(u32), stochastic gamma~_n(3). As in the paper, recursive summation in
+fp16 stagnates (error near 1 for the random data: the sum stops at a few tens while the exact
+sum reaches 300), stochastic rounding keeps tracking the exact sum, and compensated summation
+stays at the level of one fp16 rounding; so do pairwise summation and the fp32 accumulator,
+whose results here are the exact sum rounded once (or nearly) to fp16.
+
+![fp16 summation algorithms]({case6_plot})
+
+{case6_table(case6)}
 
 ## Case 7: update stagnation
 
@@ -253,7 +397,7 @@ between there and the smallest normal becomes subnormal.
 
 ![exponent histogram with fp16 thresholds]({hist})
 
-{cast_table(under)}
+{cast_table(data["underflow"])}
 """
     with open(os.path.join(docs, "numerics.md"), "w") as f:
         f.write(md)

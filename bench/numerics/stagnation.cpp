@@ -1,65 +1,60 @@
-// Numerics cases 1-3 and 7 (DESIGN.md): format constants, stagnation of a sum of ones, stagnation
-// of the harmonic series, and stagnation of repeated weight updates, each measured value printed beside the value from the format's
-// specification, from theory, or from the literature. Counters carry the numbers, so
+// Numerics cases 2, 3 and 7 (DESIGN.md): stagnation of a sum of ones, of the harmonic series,
+// and of repeated weight updates, each measured value printed beside the value from the
+// format's definition, from theory, or from the literature. Counters carry the numbers, so
 // --benchmark_format=json gives machine-readable results; timings are irrelevant here.
-#include <benchmark/benchmark.h>
-
+#include <bit>
 #include <cmath>
 #include <precis/analysis/analysis.hpp>
 #include <precis/precis.hpp>
 
+#include "common.hpp"
+
 namespace {
 
+namespace an = precis::analysis;
+namespace nb = precis::numerics_bench;
 using precis::rounding;
-
-/// Case 1: the constants of each format (measured from precis's format_traits and by rounding)
-/// beside the values in the formats' specifications (IEEE 754-2019 binary16/32; Google bfloat16;
-/// OCP 8-bit Floating Point Specification v1.0 for E4M3/E5M2).
-template <class F>
-void BM_format_constants(benchmark::State& state, double spec_max, double spec_min_normal,
-                         double spec_min_subnormal, int spec_digits) {
-  using T = precis::format_traits<F>;
-  for (auto _ : state) benchmark::DoNotOptimize(T::digits);
-  // measured: the largest finite value is what rounding 2*max toward zero saturates to
-  const double max_measured = precis::detail::load<double>(
-      precis::round_to<F>(2.0 * spec_max, rounding::toward_zero, precis::overflow::saturate));
-  state.counters["digits"] = T::digits;
-  state.counters["digits_spec"] = spec_digits;
-  state.counters["max"] = max_measured;
-  state.counters["max_spec"] = spec_max;
-  state.counters["min_normal"] = T::min_normal();
-  state.counters["min_normal_spec"] = spec_min_normal;
-  state.counters["min_subnormal"] = T::min_subnormal();
-  state.counters["min_subnormal_spec"] = spec_min_subnormal;
-  state.counters["u"] = precis::unit_roundoff<F>();
-  state.SetLabel(std::string(T::name));
-}
 
 /// Case 2: 1 + 1 + ... in F until the sum stops growing; theory: 2^t (t significand bits).
 template <class F>
 void BM_ones_stagnation(benchmark::State& state, rounding mode) {
-  precis::analysis::stagnation_result<F> r;
-  for (auto _ : state) r = precis::analysis::ones_stagnation<F>(mode, std::uint64_t{1} << 26);
+  an::stagnation_result<F> r;
+  for (auto _ : state) r = an::ones_stagnation<F>(mode, std::uint64_t{1} << 26);
   state.counters["sum"] = precis::detail::load<double>(r.sum);
   state.counters["sum_theory"] = std::ldexp(1.0, precis::format_traits<F>::digits);
   state.counters["terms"] = static_cast<double>(r.terms);
-  state.SetLabel(std::string(precis::format_traits<F>::name) + " " + std::string(precis::to_string(mode)));
+  state.SetLabel(nb::name_of<F>() + " " + std::string(precis::to_string(mode)));
 }
 
 /// Case 3: the harmonic series in F until a term no longer changes the sum. Published values
 /// (round to nearest): Higham & Pranesh, SIAM J. Sci. Comput. 41(5), 2019, Table 3.1 —
 /// fp16 n = 513, sum 7.0859; bf16 n = 65, sum 5.0625; fp32 n = 2097152, sum 15.404.
-/// 0 where nothing is published.
+/// 0 where nothing is published. Counters "H2^k" carry the partial sum after 2^k terms (up to
+/// the stagnation point; after it the sum is constant by definition) and "exact2^k" the
+/// harmonic number H_{2^k}, k <= 23 (summed in double, relative error < 1e-8), for the plot.
 template <class F>
 void BM_harmonic_stagnation(benchmark::State& state, rounding mode, double published_terms,
                             double published_sum) {
-  precis::analysis::stagnation_result<F> r;
-  for (auto _ : state) r = precis::analysis::harmonic_stagnation<F>(mode, std::uint64_t{1} << 24);
+  an::stagnation_result<F> r;
+  std::vector<std::pair<std::uint64_t, double>> checkpoints;
+  for (auto _ : state) {
+    checkpoints.clear();
+    r = an::harmonic_stagnation<F>(mode, std::uint64_t{1} << 24, [&](std::uint64_t k, const F& s) {
+      if ((k & (k - 1)) == 0) checkpoints.emplace_back(k, precis::detail::load<double>(s));
+    });
+  }
   state.counters["terms"] = static_cast<double>(r.terms);
   state.counters["terms_published"] = published_terms;
   state.counters["sum"] = precis::detail::load<double>(r.sum);
   state.counters["sum_published"] = published_sum;
-  state.SetLabel(std::string(precis::format_traits<F>::name) + " " + std::string(precis::to_string(mode)) +
+  for (const auto& [n, s] : checkpoints) state.counters["H2^" + std::to_string(std::countr_zero(n))] = s;
+  double exact = 0;
+  std::uint64_t k = 0;
+  for (int e = 0; e <= 23; ++e) {
+    while (k < (std::uint64_t{1} << e)) exact += 1.0 / static_cast<double>(++k);
+    state.counters["exact2^" + std::to_string(e)] = exact;
+  }
+  state.SetLabel(nb::name_of<F>() + " " + std::string(precis::to_string(mode)) +
                  (published_terms > 0 ? " (Higham & Pranesh 2019, Table 3.1)" : ""));
 }
 
@@ -69,7 +64,6 @@ void BM_harmonic_stagnation(benchmark::State& state, rounding mode, double publi
 /// is 1 + steps * delta.
 template <class F>
 void BM_update_stagnation(benchmark::State& state, double delta_value, std::uint64_t steps) {
-  namespace an = precis::analysis;
   const F w0 = precis::round_to<F>(1.0);
   const F delta = precis::round_to<F>(delta_value);
   const double exact = 1.0 + static_cast<double>(steps) * precis::detail::load<double>(delta);
@@ -90,23 +84,11 @@ void BM_update_stagnation(benchmark::State& state, double delta_value, std::uint
   state.counters["nearest"] = rn;
   state.counters["stochastic_mean"] = sr;
   state.counters["kahan"] = kahan;
-  state.SetLabel(std::string(precis::format_traits<F>::name) + " (Micikevicius et al. 2018)");
-}
-
-template <class Fn, class... Args>
-void add(const std::string& name, Fn fn, Args... args) {
-  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { fn(st, args...); })
-      ->Iterations(1)
-      ->Unit(benchmark::kMillisecond);
+  state.SetLabel(nb::name_of<F>() + " (Micikevicius et al. 2018)");
 }
 
 void register_all() {
-  add("format_constants/fp16", BM_format_constants<precis::half>, 65504.0, 0x1p-14, 0x1p-24, 11);
-  add("format_constants/bf16", BM_format_constants<precis::bfloat16>, 0x1.FEp127, 0x1p-126, 0x1p-133, 8);
-  add("format_constants/e4m3", BM_format_constants<precis::float8_e4m3>, 448.0, 0x1p-6, 0x1p-9, 4);
-  add("format_constants/e5m2", BM_format_constants<precis::float8_e5m2>, 57344.0, 0x1p-14, 0x1p-16, 3);
-  add("format_constants/fp32", BM_format_constants<float>, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, 24);
-
+  using nb::add;
   add("ones_stagnation/fp16/nearest_even", BM_ones_stagnation<precis::half>, rounding::nearest_even);
   add("ones_stagnation/bf16/nearest_even", BM_ones_stagnation<precis::bfloat16>, rounding::nearest_even);
   add("ones_stagnation/e4m3/nearest_even", BM_ones_stagnation<precis::float8_e4m3>, rounding::nearest_even);
@@ -128,11 +110,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return nb::run(argc, argv, register_all); }

@@ -13,6 +13,24 @@ namespace precis::analysis {
 /// ~1000 significant bits.
 using exact_t = boost::multiprecision::number<boost::multiprecision::cpp_bin_float<300>>;
 
+namespace detail {
+
+/// x * y exactly in R. When the two formats' significands fit 53 bits together the product is
+/// exact in double, which is much cheaper than a multiplication in R.
+template <class R, class X, class Y>
+R exact_product(const X& x, const Y& y) {
+  if constexpr (format_traits<X>::digits + format_traits<Y>::digits <= 53 &&
+                format_traits<X>::emin + format_traits<Y>::emin - format_traits<X>::digits -
+                        format_traits<Y>::digits >= -1074 &&
+                format_traits<X>::emax + format_traits<Y>::emax < 1023) {
+    return R(precis::detail::load<double>(x) * precis::detail::load<double>(y));
+  } else {
+    return precis::detail::load<R>(x) * precis::detail::load<R>(y);
+  }
+}
+
+}  // namespace detail
+
 /// sum x_i and sum |x_i| of all elements of x, in R.
 template <class R = exact_t, tensor_like X>
 std::pair<R, R> reference_sum(const X& x_) {
@@ -39,7 +57,7 @@ std::pair<R, R> reference_dot(const X& x_, const Y& y_) {
   R s(0), a(0);
   using std::abs;
   for (index_t i = 0; i < x.size(); ++i) {
-    const R t = precis::detail::load<R>(x.value_at_linear(i)) * precis::detail::load<R>(y.value_at_linear(i));
+    const R t = detail::exact_product<R>(x.value_at_linear(i), y.value_at_linear(i));
     s += t;
     a += R(abs(t));
   }
@@ -62,7 +80,7 @@ std::pair<Tensor<R, R>, Tensor<R, R>> reference_gemm(const A& a_, const B& b_) {
     for (index_t j = 0; j < n; ++j) {
       R s(0), t(0);
       for (index_t p = 0; p < k; ++p) {
-        const R prod = precis::detail::load<R>(a(i, p)) * precis::detail::load<R>(b(p, j));
+        const R prod = detail::exact_product<R>(a(i, p), b(p, j));
         s += prod;
         t += R(abs(prod));
       }

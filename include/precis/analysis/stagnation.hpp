@@ -35,9 +35,9 @@ F reciprocal_rounded(std::uint64_t k, rounding mode) {
 }  // namespace detail
 
 /// Adds term(k) for k = 1, 2, ... to a sum in F, rounding in `mode`, until a term leaves the
-/// sum unchanged (or max_terms is reached).
-template <floating F, class Term>
-stagnation_result<F> sum_until_stagnation(Term term, rounding mode, std::uint64_t max_terms) {
+/// sum unchanged (or max_terms is reached). observe(k, sum) sees every partial sum that changed.
+template <floating F, class Term, class Observe>
+stagnation_result<F> sum_until_stagnation(Term term, rounding mode, std::uint64_t max_terms, Observe observe) {
   stagnation_result<F> r;
   for (std::uint64_t k = 1; k <= max_terms; ++k) {
     const F next = add_in(r.sum, term(k), mode);
@@ -47,8 +47,14 @@ stagnation_result<F> sum_until_stagnation(Term term, rounding mode, std::uint64_
       return r;
     }
     r.sum = next;
+    observe(k, r.sum);
   }
   return r;
+}
+
+template <floating F, class Term>
+stagnation_result<F> sum_until_stagnation(Term term, rounding mode, std::uint64_t max_terms) {
+  return sum_until_stagnation<F>(term, mode, max_terms, [](std::uint64_t, const F&) {});
 }
 
 /// Sum of ones in F, rounded in `mode`, until it stops growing.
@@ -59,11 +65,16 @@ stagnation_result<F> ones_stagnation(rounding mode, std::uint64_t max_terms) {
 }
 
 /// Harmonic series in F, each 1/k and each partial sum rounded in `mode`, until a term no
-/// longer changes the sum.
+/// longer changes the sum; observe(k, sum) as in sum_until_stagnation.
+template <floating F, class Observe>
+stagnation_result<F> harmonic_stagnation(rounding mode, std::uint64_t max_terms, Observe observe) {
+  return sum_until_stagnation<F>([&](std::uint64_t k) { return detail::reciprocal_rounded<F>(k, mode); },
+                                 mode, max_terms, observe);
+}
+
 template <floating F>
 stagnation_result<F> harmonic_stagnation(rounding mode, std::uint64_t max_terms) {
-  return sum_until_stagnation<F>([&](std::uint64_t k) { return detail::reciprocal_rounded<F>(k, mode); },
-                                 mode, max_terms);
+  return harmonic_stagnation<F>(mode, max_terms, [](std::uint64_t, const F&) {});
 }
 
 }  // namespace precis::analysis

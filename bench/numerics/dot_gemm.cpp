@@ -1,4 +1,11 @@
-// Numerics case 9 (DESIGN.md): GEMM error vs K for each input format with fp32 accumulation,
+// Numerics cases 5 (dot products) and 9 (DESIGN.md).
+//
+// Case 5, dot products: the sqrt(n) u law of Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019)
+// for inner products computed in F (each product and each addition rounded once to nearest,
+// recursively), x and y drawn U[0,1] or U[-1,1]: backward error |s^ - s| / sum |x_i y_i|
+// against u, sqrt(n) u and the worst case gamma_n. Mean of 8 draws.
+//
+// Case 9: GEMM error vs K for each input format with fp32 accumulation,
 // against the block-FMA bound of Blanchard, Higham, Lopez, Mary & Pranesh (SIAM J. Sci. Comput.
 // 42(3), 2020). precis's CPU GEMM widens inputs exactly and accumulates one FMA at a time, a
 // block FMA with b = 1. Two measurements per point:
@@ -9,12 +16,54 @@
 // The error is max_ij |C - C^|_ij / (|A||B|)_ij, the componentwise quantity the bounds bound.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <precis/analysis/analysis.hpp>
 #include <precis/precis.hpp>
 
 namespace {
 
 namespace an = precis::analysis;
+using precis::rounding;
+
+template <class F>
+void BM_dot_sqrt_n_law(benchmark::State& state) {
+  const auto n = static_cast<precis::index_t>(state.range(0));
+  const double lo = state.range(1) == 0 ? 0.0 : -1.0;
+  const int draws = 8;
+  double err = 0;
+  for (auto _ : state) {
+    err = 0;
+    for (int d = 0; d < draws; ++d) {
+      precis::Tensor<F> x({n}), y({n});
+      const auto seed = 2000 * static_cast<std::uint64_t>(n) + 2 * static_cast<std::uint64_t>(d);
+      precis::fill_uniform(x, lo, 1.0, seed);
+      precis::fill_uniform(y, lo, 1.0, seed + 1);
+      const auto [exact, mag] = an::reference_dot(x, y);
+      precis::xoshiro256pp unused(0);
+      const auto len = static_cast<std::size_t>(n);
+      const F s = an::dot_in<F>({x.data(), len}, {y.data(), len}, rounding::nearest_even, unused);
+      err += static_cast<double>(abs(precis::detail::load<an::exact_t>(s) - exact) / mag) / draws;
+    }
+  }
+  const double u = precis::unit_roundoff<F>();
+  const double det = precis::bounds::dot(static_cast<double>(n), u);
+  state.counters["n"] = static_cast<double>(n);
+  state.counters["err"] = err;
+  state.counters["err_over_u"] = err / u;
+  state.counters["err_over_sqrt_n_u"] = err / (std::sqrt(static_cast<double>(n)) * u);
+  state.counters["bound_det"] = std::isinf(det) ? -1 : det;
+  state.SetLabel(std::string(precis::format_traits<F>::name) + (lo == 0 ? " U[0,1]" : " U[-1,1]") +
+                 " (Higham & Mary 2019)");
+}
+
+void dot_sizes(benchmark::internal::Benchmark* b) {
+  for (long dist : {0, 1})
+    for (long n = 64; n <= (1 << 16); n *= 4) b->Args({n, dist});
+  b->ArgNames({"n", "signed"})->Iterations(1)->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, precis::half)->Apply(dot_sizes);
+BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, float)->Apply(dot_sizes);
 
 /// max_ij |c_ij - ref_ij| / mag_ij
 template <class C>
@@ -56,7 +105,7 @@ void BM_gemm_error(benchmark::State& state) {
   state.SetLabel(std::string(precis::format_traits<F>::name) + " -> fp32 (Blanchard et al. 2020)");
 }
 
-#define PRECIS_KS ->RangeMultiplier(4)->Range(64, 16384)->Iterations(1)->Unit(benchmark::kMillisecond)
+#define PRECIS_KS ->RangeMultiplier(4)->Range(64, 16384)->ArgName("K")->Iterations(1)->Unit(benchmark::kMillisecond)
 BENCHMARK_TEMPLATE(BM_gemm_error, precis::half) PRECIS_KS;
 BENCHMARK_TEMPLATE(BM_gemm_error, precis::bfloat16) PRECIS_KS;
 BENCHMARK_TEMPLATE(BM_gemm_error, precis::float8_e4m3) PRECIS_KS;
