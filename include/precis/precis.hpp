@@ -5,3 +5,4 @@
 #include "precis/error.hpp"
 #include "precis/format/format.hpp"
 #include "precis/tensor/all.hpp"
+#include "precis/policy/all.hpp"

@@ -184,7 +184,7 @@ Tensor<OutS, C> map(const char* op, F f, const TensorView<IS, IC>&... in) {
   return out;
 }
 
-namespace ops {
+namespace fn {
 
 // The scalar functions behind the element-wise ops; found by ADL for multiprecision types.
 struct add { template <class T> T operator()(const T& a, const T& b) const { return a + b; } };
@@ -244,7 +244,7 @@ struct where {
   template <class T> T operator()(const T& c, const T& a, const T& b) const { return c != T(0) ? a : b; }
 };
 
-}  // namespace ops
+}  // namespace fn
 
 namespace detail {
 template <class A, class B>
@@ -255,22 +255,22 @@ using binary_result_t = Tensor<promote_t<storage_of<A>, storage_of<B>>,
 #define PRECIS_UNARY_OP(name)                                                               \
   template <tensor_like A>                                                                  \
   Tensor<storage_of<A>, compute_of<A>> name(const A& a) {                                   \
-    return map<storage_of<A>, compute_of<A>>("precis::" #name, ops::name{}, as_view(a));    \
+    return map<storage_of<A>, compute_of<A>>("precis::" #name, fn::name{}, as_view(a));    \
   }                                                                                         \
   template <tensor_like A, tensor_like Out>                                                 \
   void name(const A& a, Out&& out) {                                                        \
-    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), ops::name{}, as_view(a)); \
+    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), fn::name{}, as_view(a)); \
   }
 
 #define PRECIS_BINARY_OP(name)                                                                  \
   template <tensor_like A, tensor_like B>                                                       \
   detail::binary_result_t<A, B> name(const A& a, const B& b) {                                  \
     using R = detail::binary_result_t<A, B>;                                                    \
-    return map<storage_of<R>, compute_of<R>>("precis::" #name, ops::name{}, as_view(a), as_view(b)); \
+    return map<storage_of<R>, compute_of<R>>("precis::" #name, fn::name{}, as_view(a), as_view(b)); \
   }                                                                                             \
   template <tensor_like A, tensor_like B, tensor_like Out>                                      \
   void name(const A& a, const B& b, Out&& out) {                                                \
-    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), ops::name{}, as_view(a), \
+    map_into<compute_of<Out>>("precis::" #name, as_mutable_view(out), fn::name{}, as_view(a), \
                               as_view(b));                                                      \
   }
 
@@ -299,7 +299,7 @@ PRECIS_BINARY_OP(min)
 template <tensor_like Cond, tensor_like A, tensor_like B>
 detail::binary_result_t<A, B> where(const Cond& cond, const A& a, const B& b) {
   using R = detail::binary_result_t<A, B>;
-  return map<storage_of<R>, compute_of<R>>("precis::where", ops::where{}, as_view(cond),
+  return map<storage_of<R>, compute_of<R>>("precis::where", fn::where{}, as_view(cond),
                                            as_view(a), as_view(b));
 }
 

@@ -1,0 +1,260 @@
+// Precision policies: which type each op computes, accumulates and returns in, which type
+// parameters, gradients and master weights are stored in, and whether loss scaling is on by
+// default. Policies are types, chosen at compile time:
+//   true_<T>                 everything in T ("32-true" = true_<float>)
+//   mixed<Low, High = float> autocast-like: parameters and activations in Low, master weights
+//                            and needs-wide ops in High, matmul accumulates in High
+//   fp8_mixed                e4m3 forward, e5m2 gradients, per-tensor scaling, fp32 masters
+//   strict<P>                P, with every unsafe choice a compile error
+//   named<"bf16-mixed">      the strings PyTorch Lightning users know
+// op_types<P, Op, In...> answers for an op and its input storage types; users customize a
+// policy's classification (a member `safety_of`) or its types (specialize op_types).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "precis/error.hpp"
+#include "precis/format/format.hpp"
+#include "precis/policy/table.hpp"
+#include "precis/tensor/elementwise.hpp"
+
+namespace precis::policy {
+
+namespace detail {
+
+template <class... T>
+struct widest;
+template <class T>
+struct widest<T> {
+  using type = T;
+};
+template <class A, class B, class... Rest>
+struct widest<A, B, Rest...> {
+  using type = typename widest<precis::detail::promote_t<A, B>, Rest...>::type;
+};
+
+/// At least fp32's precision and exponent range: what needs-wide ops and accumulators need.
+template <class T>
+constexpr bool is_wide() {
+  return format_traits<T>::digits >= format_traits<float>::digits && format_traits<T>::emax >= format_traits<float>::emax;
+}
+
+template <class T>
+constexpr bool narrow_range() {  // fp16, fp8: gradients underflow without loss scaling
+  return format_traits<T>::emax < format_traits<float>::emax;
+}
+
+template <class... T>
+struct always_false : std::false_type {};
+
+}  // namespace detail
+
+/// The widest of the given storage types (precis's promotion: a type that holds every value).
+template <class... T>
+using widest_t = typename detail::widest<T...>::type;
+
+/// Shared by the built-in policies. Low: low-precision-safe ops and parameter storage; High:
+/// needs-wide ops and accumulators; Grad: gradient storage; Master: master weights.
+template <class Low, class High, class Grad, class Master, bool LossScaling>
+struct basic_policy {
+  using low_type = Low;
+  using high_type = High;
+  using param_type = Low;
+  using activation_type = Low;
+  using grad_type = Grad;
+  using master_type = Master;
+  static constexpr bool needs_loss_scaling = LossScaling;
+  static constexpr bool per_tensor_scaling = false;
+  static constexpr bool is_strict = false;
+  /// The classification this policy uses; hide it in a derived policy to reclassify ops.
+  template <class Op>
+  static constexpr safety safety_of = op_safety<Op>::value;
+};
+
+/// Everything in T: storage, compute, accumulation, master weights. No loss scaling.
+template <class T>
+struct true_ : basic_policy<T, T, T, T, false> {
+  static std::string name() { return std::string(format_traits<T>::name) + "-true"; }
+};
+
+/// Autocast-like mixed precision. Loss scaling is on by default when Low has a narrower
+/// exponent range than fp32 (fp16: yes; bf16: no).
+template <class Low, class High = float>
+struct mixed : basic_policy<Low, High, Low, High, detail::narrow_range<Low>()> {
+  static std::string name() {
+    return std::string(format_traits<Low>::name) + "-mixed" +
+           (std::is_same_v<High, float> ? "" : "<" + std::string(format_traits<High>::name) + ">");
+  }
+};
+
+/// fp8 training in the style of NVIDIA's Transformer Engine: e4m3 forward (parameters and
+/// activations), e5m2 gradients, each tensor scaled by its own factor, fp32 masters.
+struct fp8_mixed : basic_policy<float8_e4m3, float, float8_e5m2, float, true> {
+  static constexpr bool per_tensor_scaling = true;
+  static std::string name() { return "fp8-mixed"; }
+};
+
+/// P with every unsafe choice a compile error (see op_types).
+template <class P>
+struct strict : P {
+  static constexpr bool is_strict = true;
+  static std::string name() { return "strict<" + P::name() + ">"; }
+};
+
+/// Diagnostics of strict<P>: the op, the type it would use, and a policy that is safe are the
+/// template arguments, so the compiler prints all three in the instantiation context.
+template <class Op, class Type, class SafeAlternative>
+struct unsafe_compute_type {
+  static_assert(detail::always_false<Op, Type>::value,
+                "precis::policy::strict: this op is 'needs wide' in the op-safety table and would compute or "
+                "accumulate in a type narrower than fp32. The op, that type and a safe alternative policy are "
+                "the template arguments of unsafe_compute_type<Op, Type, SafeAlternative> in the "
+                "'In instantiation of' line of this diagnostic.");
+};
+
+template <class Op, class Type, class SafeAlternative>
+struct unsafe_accumulator {
+  static_assert(detail::always_false<Op, Type>::value,
+                "precis::policy::strict: this op is 'low-precision safe' only with a wide accumulator, and "
+                "would accumulate in a type narrower than fp32. The op, that type and a safe alternative "
+                "policy are the template arguments of unsafe_accumulator<Op, Type, SafeAlternative> in the "
+                "'In instantiation of' line of this diagnostic.");
+};
+
+namespace detail {
+
+/// Under a strict policy, instantiates the diagnostic for an unsafe (op, type) pair.
+template <class P, class Op, safety Class, class Compute, class Accumulate, class SafeAlternative>
+constexpr bool strict_check() {
+  if constexpr (P::is_strict) {
+    if constexpr (Class == safety::needs_wide && !is_wide<Compute>()) {
+      return sizeof(unsafe_compute_type<Op, Compute, SafeAlternative>) > 0;
+    } else if constexpr (Class == safety::low_precision_safe && !is_wide<Accumulate>()) {
+      return sizeof(unsafe_accumulator<Op, Accumulate, SafeAlternative>) > 0;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// The types an op runs in under policy P for inputs stored as In...:
+///   compute     the type the inputs are converted to and the op evaluated in,
+///   accumulate  the type sums (reductions, matmul) accumulate in,
+///   output      the storage type of the result.
+/// Rules by safety class (In... never narrowed except by low-precision-safe ops, autocast's rule):
+///   low-precision safe: compute = Low, accumulate = High, output = Low
+///   needs wide:         compute = accumulate = output = widest(High, In...)
+///   promote, neutral:   compute = accumulate = output = widest(In...)
+/// Specialize for your own policy and an op to change one entry.
+template <class P, class Op, class... In>
+struct op_types {
+  static_assert(sizeof...(In) > 0, "precis::policy::op_types: name the op's input storage types");
+  static constexpr safety safety_class = P::template safety_of<Op>;
+  using low = typename P::low_type;
+  using high = typename P::high_type;
+  using compute = std::conditional_t<safety_class == safety::low_precision_safe, low,
+                                     std::conditional_t<safety_class == safety::needs_wide, widest_t<high, In...>,
+                                                        widest_t<In...>>>;
+  using accumulate = std::conditional_t<safety_class == safety::low_precision_safe, high, compute>;
+  using output = std::conditional_t<safety_class == safety::low_precision_safe, low, compute>;
+
+  static_assert(detail::strict_check<P, Op, safety_class, compute, accumulate, mixed<low, float>>());
+};
+
+// ---- named policies -------------------------------------------------------------------------
+
+/// A string usable as a template argument: named<"bf16-mixed">.
+template <std::size_t N>
+struct fixed_string {
+  char chars[N]{};
+  constexpr fixed_string(const char (&s)[N]) { std::copy_n(s, N, chars); }
+  constexpr std::string_view view() const { return {chars, N - 1}; }
+};
+
+namespace detail {
+
+template <fixed_string Name>
+constexpr bool is(std::string_view s) {
+  return Name.view() == s;
+}
+
+template <fixed_string Name>
+struct lookup {
+  static_assert(always_false<decltype(Name)>::value,
+                "precis::policy::named: unknown policy name. Valid names: \"16-mixed\", \"bf16-mixed\", "
+                "\"fp8-mixed\", \"16-true\", \"bf16-true\", \"32-true\", \"64-true\", and the aliases \"16\" "
+                "(16-mixed), \"bf16\" (bf16-mixed), \"32\" (32-true), \"64\" (64-true).");
+  using type = void;
+};
+
+template <fixed_string Name>
+  requires(is<Name>("16-mixed") || is<Name>("16"))
+struct lookup<Name> {
+  using type = mixed<half, float>;
+};
+template <fixed_string Name>
+  requires(is<Name>("bf16-mixed") || is<Name>("bf16"))
+struct lookup<Name> {
+  using type = mixed<bfloat16, float>;
+};
+template <fixed_string Name>
+  requires(is<Name>("fp8-mixed"))
+struct lookup<Name> {
+  using type = fp8_mixed;
+};
+template <fixed_string Name>
+  requires(is<Name>("16-true"))
+struct lookup<Name> {
+  using type = true_<half>;
+};
+template <fixed_string Name>
+  requires(is<Name>("bf16-true"))
+struct lookup<Name> {
+  using type = true_<bfloat16>;
+};
+template <fixed_string Name>
+  requires(is<Name>("32-true") || is<Name>("32"))
+struct lookup<Name> {
+  using type = true_<float>;
+};
+template <fixed_string Name>
+  requires(is<Name>("64-true") || is<Name>("64"))
+struct lookup<Name> {
+  using type = true_<double>;
+};
+
+}  // namespace detail
+
+/// The policy a precision string names; named<"bf16-mixed"> is mixed<bfloat16, float>.
+template <fixed_string Name>
+using named = typename detail::lookup<Name>::type;
+
+/// The canonical names, in the order dispatch tries them.
+inline constexpr std::array<std::string_view, 7> names{"16-mixed", "bf16-mixed", "fp8-mixed", "16-true",
+                                                       "bf16-true", "32-true", "64-true"};
+
+/// Runs f.template operator()<P>() for the policy `name` names (canonical names and aliases),
+/// from a run-time string such as a command-line flag; each named policy is instantiated once.
+/// An unknown name throws invalid_argument listing the valid names.
+template <class F>
+decltype(auto) dispatch(std::string_view name, F&& f) {
+  if (name == "16-mixed" || name == "16") return f.template operator()<named<"16-mixed">>();
+  if (name == "bf16-mixed" || name == "bf16") return f.template operator()<named<"bf16-mixed">>();
+  if (name == "fp8-mixed") return f.template operator()<named<"fp8-mixed">>();
+  if (name == "16-true") return f.template operator()<named<"16-true">>();
+  if (name == "bf16-true") return f.template operator()<named<"bf16-true">>();
+  if (name == "32-true" || name == "32") return f.template operator()<named<"32-true">>();
+  if (name == "64-true" || name == "64") return f.template operator()<named<"64-true">>();
+  std::string valid;
+  for (auto n : names) valid += (valid.empty() ? "" : ", ") + std::string(n);
+  throw invalid_argument("precis::policy::dispatch: unknown policy name \"" + std::string(name) +
+                         "\"; valid names: " + valid + " (aliases: 16, bf16, 32, 64)");
+}
+
+}  // namespace precis::policy

@@ -1,0 +1,273 @@
+// Precision policies: every op of every named policy resolves to the documented types; the
+// fp16 overflow cases that motivate the table fail under true_<half> and succeed under
+// named<"16-mixed">; run-time dispatch; user extension; strict policies accept safe code (the
+// unsafe cases are compile-fail tests in tests/compile_fail).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <precis/precis.hpp>
+#include <string>
+#include <vector>
+
+using namespace precis;
+namespace pol = precis::policy;
+
+namespace {
+
+/// The classification as documented in docs/policies.md, written out independently of
+/// include/precis/policy/table.hpp.
+const std::map<std::string, pol::safety>& documented_classes() {
+  using enum pol::safety;
+  static const std::map<std::string, pol::safety> m{
+      {"matmul", low_precision_safe}, {"linear", low_precision_safe},
+      {"exp", needs_wide}, {"log", needs_wide}, {"pow", needs_wide}, {"reciprocal", needs_wide},
+      {"rsqrt", needs_wide}, {"softmax", needs_wide}, {"log_softmax", needs_wide}, {"logsumexp", needs_wide},
+      {"sum", needs_wide}, {"mean", needs_wide}, {"norm", needs_wide}, {"layer_norm", needs_wide},
+      {"cross_entropy", needs_wide}, {"nll", needs_wide}, {"mse", needs_wide},
+      {"add", promote}, {"sub", promote}, {"mul", promote}, {"div", promote}, {"maximum", promote},
+      {"minimum", promote}, {"where", promote}, {"cat", promote},
+      {"neg", neutral}, {"abs", neutral}, {"relu", neutral}, {"sqrt", neutral}, {"tanh", neutral},
+      {"sigmoid", neutral}, {"gelu", neutral}, {"max", neutral}, {"min", neutral}, {"reshape", neutral},
+      {"transpose", neutral}, {"slice", neutral}};
+  return m;
+}
+
+/// Expected (compute, accumulate, output) for an op of class c under a policy whose
+/// parameters are stored as Low and whose wide type is High, inputs stored as Low.
+template <class Low, class High, class T>
+void expect_types(pol::safety c, const std::string& what) {
+  using C = typename T::compute;
+  using A = typename T::accumulate;
+  using O = typename T::output;
+  switch (c) {
+    case pol::safety::low_precision_safe:
+      EXPECT_TRUE((std::is_same_v<C, Low> && std::is_same_v<A, High> && std::is_same_v<O, Low>)) << what;
+      break;
+    case pol::safety::needs_wide:
+      EXPECT_TRUE((std::is_same_v<C, High> && std::is_same_v<A, High> && std::is_same_v<O, High>)) << what;
+      break;
+    default:
+      EXPECT_TRUE((std::is_same_v<C, Low> && std::is_same_v<A, Low> && std::is_same_v<O, Low>)) << what;
+  }
+}
+
+template <class P, class Low, class High>
+void expect_policy() {
+  int seen = 0;
+  op::all::for_each([&]<class Op>() {
+    const std::string name(Op::name);
+    ASSERT_TRUE(documented_classes().count(name)) << name << " is not documented";
+    EXPECT_EQ(Op::safety_class, documented_classes().at(name)) << name;
+    expect_types<Low, High, pol::op_types<P, Op, Low>>(documented_classes().at(name), P::name() + " " + name);
+    ++seen;
+  });
+  EXPECT_EQ(seen, static_cast<int>(documented_classes().size()));
+}
+
+}  // namespace
+
+TEST(Policy, NamedPoliciesResolveEveryOpToTheDocumentedTypes) {
+  expect_policy<pol::named<"16-mixed">, half, float>();
+  expect_policy<pol::named<"bf16-mixed">, bfloat16, float>();
+  expect_policy<pol::named<"fp8-mixed">, float8_e4m3, float>();
+  expect_policy<pol::named<"16-true">, half, half>();
+  expect_policy<pol::named<"bf16-true">, bfloat16, bfloat16>();
+  expect_policy<pol::named<"32-true">, float, float>();
+  expect_policy<pol::named<"64-true">, double, double>();
+}
+
+TEST(Policy, NamesAliasesAndTrainingTypes) {
+  static_assert(std::is_same_v<pol::named<"16">, pol::mixed<half, float>>);
+  static_assert(std::is_same_v<pol::named<"bf16">, pol::mixed<bfloat16>>);
+  static_assert(std::is_same_v<pol::named<"32">, pol::true_<float>>);
+  static_assert(std::is_same_v<pol::named<"64">, pol::true_<double>>);
+  EXPECT_EQ(pol::named<"16-mixed">::name(), "fp16-mixed");
+  // loss scaling by default only where the low type lacks fp32's exponent range
+  EXPECT_TRUE(pol::named<"16-mixed">::needs_loss_scaling);
+  EXPECT_FALSE(pol::named<"bf16-mixed">::needs_loss_scaling);
+  EXPECT_TRUE(pol::named<"fp8-mixed">::needs_loss_scaling);
+  EXPECT_TRUE(pol::named<"fp8-mixed">::per_tensor_scaling);
+  EXPECT_FALSE(pol::named<"32-true">::needs_loss_scaling);
+  static_assert(std::is_same_v<pol::named<"16-mixed">::master_type, float>);
+  static_assert(std::is_same_v<pol::named<"16-mixed">::param_type, half>);
+  static_assert(std::is_same_v<pol::named<"fp8-mixed">::param_type, float8_e4m3>);
+  static_assert(std::is_same_v<pol::named<"fp8-mixed">::grad_type, float8_e5m2>);
+  static_assert(std::is_same_v<pol::named<"bf16-true">::master_type, bfloat16>);
+  // inputs are never narrowed by needs-wide ops, and promote ops take the widest input
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::exp, double>::compute, double>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::add, half, float>::compute, float>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::matmul, float, float>::compute, half>);
+}
+
+TEST(Policy, DispatchFromARuntimeName) {
+  for (auto name : pol::names) {
+    const std::string got = pol::dispatch(name, []<class P>() { return P::name(); });
+    EXPECT_FALSE(got.empty()) << name;
+  }
+  EXPECT_EQ(pol::dispatch("bf16", []<class P>() { return P::name(); }), "bf16-mixed");
+  EXPECT_EQ(pol::dispatch("64", []<class P>() { return P::name(); }), "fp64-true");
+  try {
+    pol::dispatch("17-mixed", []<class P>() { return 0; });
+    FAIL() << "an unknown name must throw";
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("17-mixed"), std::string::npos) << what;
+    EXPECT_NE(what.find("bf16-mixed"), std::string::npos) << what;  // lists the valid names
+  }
+}
+
+namespace {
+
+template <class T>
+Tensor<T> filled(Shape s, double v) {
+  Tensor<T> t(s);
+  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = precis::detail::store<T>(v);
+  return t;
+}
+
+template <class T>
+double value(const T& t, index_t i = 0) {
+  return precis::detail::load<double>(as_view(t).value_at_linear(i));
+}
+
+double to_bf16(float v) { return precis::detail::load<double>(round_to<bfloat16>(v)); }
+
+}  // namespace
+
+TEST(Policy, Fp16OverflowCasesFailUnderTrueHalfAndNotUnder16Mixed) {
+  using unsafe = precis::ops<pol::true_<half>>;
+  using safe = precis::ops<pol::named<"16-mixed">>;
+  // exp(12) = 162754.79 > 65504, fp16's maximum
+  const auto x = filled<half>({1}, 12.0);
+  EXPECT_TRUE(std::isinf(value(unsafe::exp(x))));
+  const auto e = safe::exp(x);
+  static_assert(std::is_same_v<storage_of<decltype(e)>, float>);
+  EXPECT_NEAR(value(e), std::exp(12.0), std::exp(12.0) * 2 * format_traits<float>::unit_roundoff());
+  // 4096 values of 32 sum to 131072 > 65504
+  const auto v = filled<half>({4096}, 32.0);
+  EXPECT_TRUE(std::isinf(value(unsafe::sum(v))));
+  EXPECT_EQ(value(safe::sum(v)), 131072.0);  // exact: every partial sum is an integer below 2^24
+  // softmax over a vocabulary-sized row of logits near 12: in fp16 the sum of the shifted
+  // exponentials (each in [e^-1, 1]) passes 65504, so every probability comes out 0
+  const index_t n = 131072;
+  Tensor<half> logits({1, n});
+  fill_uniform(logits, 11.5, 12.5, 7);
+  const auto p_unsafe = unsafe::softmax(logits, 1);
+  const auto p_safe = safe::softmax(logits, 1);
+  double total_unsafe = 0, total_safe = 0, worst = 0;
+  long double ref_sum = 0;
+  std::vector<double> shifted(static_cast<std::size_t>(n));
+  double m = -1e300;
+  for (index_t i = 0; i < n; ++i) m = std::max(m, value(logits, i));
+  for (index_t i = 0; i < n; ++i) ref_sum += shifted[static_cast<std::size_t>(i)] = std::exp(value(logits, i) - m);
+  for (index_t i = 0; i < n; ++i) {
+    total_unsafe += value(p_unsafe, i);
+    total_safe += value(p_safe, i);
+    const double ref = shifted[static_cast<std::size_t>(i)] / static_cast<double>(ref_sum);
+    worst = std::max(worst, std::abs(value(p_safe, i) - ref) / ref);
+  }
+  EXPECT_EQ(total_unsafe, 0.0);
+  EXPECT_NEAR(total_safe, 1.0, 1e-4);
+  // fp32 softmax: the exp's error (< 2.25 u, vexp's bound), the pairwise sum's
+  // gamma_{ceil log2 n} = 17u and the division's u: under 21u relative per element
+  EXPECT_LT(worst, 21 * format_traits<float>::unit_roundoff());
+}
+
+TEST(Policy, OpsComputeWhatTheyName) {
+  using O = ops<pol::named<"bf16-mixed">>;
+  Tensor<float> x({2, 3}), w({4, 3}), b({4});
+  fill_uniform(x, -1, 1, 1);
+  fill_uniform(w, -1, 1, 2);
+  fill_uniform(b, -1, 1, 3);
+  const auto y = O::linear(x, w, b);  // inputs rounded to bf16, fp32 accumulation, bf16 output
+  static_assert(std::is_same_v<storage_of<decltype(y)>, bfloat16>);
+  for (index_t i = 0; i < 2; ++i)
+    for (index_t j = 0; j < 4; ++j) {
+      double ref = static_cast<double>(b(j));
+      for (index_t k = 0; k < 3; ++k)
+        ref += to_bf16(x(i, k)) * to_bf16(w(j, k));
+      // one bf16 rounding of an fp32 sum of 4 exact products: u_bf16 + gamma_3(u32), relative to sum |terms|
+      double mag = std::abs(static_cast<double>(b(j)));
+      for (index_t k = 0; k < 3; ++k) mag += std::abs(to_bf16(x(i, k)) * to_bf16(w(j, k)));
+      EXPECT_LE(std::abs(value(y, i * 4 + j) - ref), (format_traits<bfloat16>::unit_roundoff() + 4 * format_traits<float>::unit_roundoff()) * mag);
+    }
+  // cross entropy against the definition, in fp32
+  Tensor<float> logits({2, 3});
+  fill_uniform(logits, -2, 2, 4);
+  const std::vector<std::int64_t> labels{2, 0};
+  const auto ce = ops<pol::named<"32-true">>::cross_entropy(logits, labels);
+  double ref = 0;
+  for (index_t i = 0; i < 2; ++i) {
+    double s = 0;
+    for (index_t j = 0; j < 3; ++j) s += std::exp(static_cast<double>(logits(i, j)));
+    ref += (std::log(s) - static_cast<double>(logits(i, labels[static_cast<std::size_t>(i)]))) / 2;
+  }
+  EXPECT_NEAR(value(ce), ref, 8 * format_traits<float>::unit_roundoff() * std::abs(ref));
+  EXPECT_THROW(ops<pol::named<"32-true">>::cross_entropy(logits, std::vector<std::int64_t>{2, 3}), invalid_argument);
+  EXPECT_THROW(ops<pol::named<"32-true">>::cross_entropy(logits, std::vector<std::int64_t>{2}), shape_error);
+  // layer norm: zero mean, unit variance per row (gamma 1, beta 0)
+  Tensor<half> h({3, 64});
+  fill_normal(h, 3.0, 2.0, 5);
+  const auto ln = O::layer_norm(h, filled<float>({64}, 1.0), filled<float>({64}, 0.0), 0.0);
+  static_assert(std::is_same_v<storage_of<decltype(ln)>, float>);
+  for (index_t r = 0; r < 3; ++r) {
+    double s = 0, sq = 0;
+    for (index_t j = 0; j < 64; ++j) {
+      s += value(ln, r * 64 + j);
+      sq += value(ln, r * 64 + j) * value(ln, r * 64 + j);
+    }
+    EXPECT_NEAR(s / 64, 0.0, 1e-5);
+    EXPECT_NEAR(sq / 64, 1.0, 1e-5);
+  }
+  // cat promotes: half and float into float
+  const auto c = O::cat(0, filled<half>({1, 2}, 1.5), filled<float>({2, 2}, 2.25));
+  static_assert(std::is_same_v<storage_of<decltype(c)>, float>);
+  EXPECT_EQ(c.shape(), (Shape{3, 2}));
+  EXPECT_EQ(value(c, 0), 1.5);
+  EXPECT_EQ(value(c, 5), 2.25);
+  EXPECT_THROW(O::cat(0, filled<half>({1, 2}, 1), filled<half>({1, 3}, 1)), shape_error);
+  // mse in the wide type
+  EXPECT_DOUBLE_EQ(value(O::mse(filled<half>({4}, 3.0), filled<half>({4}, 1.0))), 4.0);
+}
+
+namespace {
+
+/// A user's policy, outside precis's headers: fp16-mixed, but gelu computed in fp32 too.
+struct gelu_wide_policy : pol::mixed<half> {
+  template <class Op>
+  static constexpr pol::safety safety_of =
+      std::is_same_v<Op, op::gelu> ? pol::safety::needs_wide : pol::op_safety<Op>::value;
+  static std::string name() { return "fp16-mixed, gelu wide"; }
+};
+
+}  // namespace
+
+/// ... and one entry of it changed by specialization: matmul accumulates in double.
+template <class In>
+struct precis::policy::op_types<gelu_wide_policy, precis::op::matmul, In, In> {
+  using compute = half;
+  using accumulate = double;
+  using output = half;
+};
+
+TEST(Policy, UserExtensionByInheritanceAndSpecialization) {
+  static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::gelu, half>::output, float>);
+  static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::relu, half>::output, half>);
+  static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::matmul, half, half>::accumulate, double>);
+  const auto g = ops<gelu_wide_policy>::gelu(filled<half>({2}, 1.0));
+  static_assert(std::is_same_v<storage_of<decltype(g)>, float>);
+  EXPECT_NEAR(value(g), 0.8413447460685429, 1e-6);  // 1 * Phi(1)
+}
+
+TEST(Policy, StrictAcceptsSafePolicies) {
+  // every op under strict 16-mixed and strict fp32 compiles and runs (the unsafe cases are in
+  // tests/compile_fail)
+  using S = ops<pol::strict<pol::named<"16-mixed">>>;
+  const auto x = filled<half>({2, 3}, 0.5);
+  EXPECT_NEAR(value(S::softmax(x, 1)), 1.0 / 3, 1e-6);
+  EXPECT_EQ(value(S::sum(x)), 3.0);
+  EXPECT_EQ(value(S::matmul(x, S::transpose(x))), 0.75);
+  using F = ops<pol::strict<pol::true_<float>>>;
+  EXPECT_EQ(value(F::mean(filled<float>({4}, 2.0))), 2.0);
+}
