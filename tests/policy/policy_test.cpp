@@ -82,7 +82,10 @@ TEST(Policy, NamesAliasesAndTrainingTypes) {
   static_assert(std::is_same_v<pol::named<"bf16">, pol::mixed<bfloat16>>);
   static_assert(std::is_same_v<pol::named<"32">, pol::true_<float>>);
   static_assert(std::is_same_v<pol::named<"64">, pol::true_<double>>);
-  EXPECT_EQ(pol::named<"16-mixed">::name(), "fp16-mixed");
+  // each named policy's name() is its canonical string
+  pol::dispatch("16", []<class P>() { EXPECT_EQ(P::name(), "16-mixed"); });
+  EXPECT_EQ((pol::mixed<half, double>::name()), "16-mixed<fp64>");
+  EXPECT_EQ(pol::strict<pol::true_<bfloat16>>::name(), "strict<bf16-true>");
   // loss scaling by default only where the low type lacks fp32's exponent range
   EXPECT_TRUE(pol::named<"16-mixed">::needs_loss_scaling);
   EXPECT_FALSE(pol::named<"bf16-mixed">::needs_loss_scaling);
@@ -101,12 +104,9 @@ TEST(Policy, NamesAliasesAndTrainingTypes) {
 }
 
 TEST(Policy, DispatchFromARuntimeName) {
-  for (auto name : pol::names) {
-    const std::string got = pol::dispatch(name, []<class P>() { return P::name(); });
-    EXPECT_FALSE(got.empty()) << name;
-  }
+  for (auto name : pol::names) EXPECT_EQ(pol::dispatch(name, []<class P>() { return P::name(); }), name);
   EXPECT_EQ(pol::dispatch("bf16", []<class P>() { return P::name(); }), "bf16-mixed");
-  EXPECT_EQ(pol::dispatch("64", []<class P>() { return P::name(); }), "fp64-true");
+  EXPECT_EQ(pol::dispatch("64", []<class P>() { return P::name(); }), "64-true");
   try {
     pol::dispatch("17-mixed", []<class P>() { return 0; });
     FAIL() << "an unknown name must throw";
@@ -270,4 +270,77 @@ TEST(Policy, StrictAcceptsSafePolicies) {
   EXPECT_EQ(value(S::matmul(x, S::transpose(x))), 0.75);
   using F = ops<pol::strict<pol::true_<float>>>;
   EXPECT_EQ(value(F::mean(filled<float>({4}, 2.0))), 2.0);
+}
+
+namespace {
+
+/// Every op of ops<P> on small inputs stored as P's parameter type: shapes and finiteness.
+template <class P>
+void run_every_op() {
+  using O = precis::ops<P>;
+  using L = typename P::param_type;
+  const std::string who = P::name();
+  Tensor<L> x({4, 6}), y({4, 6}), w({3, 6}), b({3}), g({6}), z({6});
+  fill_uniform(x, 0.5, 1.5, 1);
+  fill_uniform(y, 0.5, 1.5, 2);
+  fill_uniform(w, -1, 1, 3);
+  fill_uniform(b, -1, 1, 4);
+  fill_uniform(g, 0.5, 1.5, 5);
+  fill_uniform(z, -0.5, 0.5, 6);
+  const std::vector<std::int64_t> labels{0, 5, 2, 3};
+  const auto finite = [&](const auto& t, const char* op, Shape shape) {
+    EXPECT_EQ(as_view(t).shape(), shape) << who << " " << op;
+    for (index_t i = 0; i < as_view(t).size(); ++i)
+      EXPECT_TRUE(std::isfinite(value(t, i))) << who << " " << op << " element " << i;
+  };
+  const Shape xs{4, 6}, rows{4}, scalar{};
+  finite(O::matmul(x, O::transpose(w)), "matmul", {4, 3});
+  finite(O::linear(x, w, b), "linear", {4, 3});
+  finite(O::linear(x, w), "linear", {4, 3});
+  finite(O::exp(x), "exp", xs);
+  finite(O::log(x), "log", xs);
+  finite(O::pow(x, y), "pow", xs);
+  finite(O::reciprocal(x), "reciprocal", xs);
+  finite(O::rsqrt(x), "rsqrt", xs);
+  finite(O::softmax(x, 1), "softmax", xs);
+  finite(O::log_softmax(x, 1), "log_softmax", xs);
+  finite(O::logsumexp(x, 1), "logsumexp", rows);
+  finite(O::sum(x), "sum", scalar);
+  finite(O::sum(x, 1), "sum", rows);
+  finite(O::mean(x), "mean", scalar);
+  finite(O::mean(x, 1), "mean", rows);
+  finite(O::norm(x), "norm", scalar);
+  finite(O::norm(x, 1), "norm", rows);
+  finite(O::layer_norm(x, g, z), "layer_norm", xs);
+  finite(O::cross_entropy(x, labels), "cross_entropy", scalar);
+  finite(O::nll(O::log_softmax(x, 1), labels), "nll", scalar);
+  finite(O::mse(x, y), "mse", scalar);
+  finite(O::add(x, y), "add", xs);
+  finite(O::sub(x, y), "sub", xs);
+  finite(O::mul(x, y), "mul", xs);
+  finite(O::div(x, y), "div", xs);
+  finite(O::maximum(x, y), "maximum", xs);
+  finite(O::minimum(x, y), "minimum", xs);
+  finite(O::where(O::sub(x, y), x, y), "where", xs);
+  finite(O::cat(0, x, y), "cat", {8, 6});
+  finite(O::neg(x), "neg", xs);
+  finite(O::abs(x), "abs", xs);
+  finite(O::relu(x), "relu", xs);
+  finite(O::sqrt(x), "sqrt", xs);
+  finite(O::tanh(x), "tanh", xs);
+  finite(O::sigmoid(x), "sigmoid", xs);
+  finite(O::gelu(x), "gelu", xs);
+  finite(O::max(x, 1), "max", rows);
+  finite(O::min(x, 1), "min", rows);
+  finite(O::reshape(x, {6, 4}), "reshape", {6, 4});
+  finite(O::slice(x, 1, 1, 3), "slice", {4, 2});
+  // the output storage follows the table
+  static_assert(std::is_same_v<storage_of<decltype(O::softmax(x, 1))>, typename pol::op_types<P, op::softmax, L>::output>);
+  static_assert(std::is_same_v<storage_of<decltype(O::matmul(x, x))>, typename pol::op_types<P, op::matmul, L, L>::output>);
+}
+
+}  // namespace
+
+TEST(Policy, EveryOpRunsUnderEveryNamedPolicy) {
+  for (auto name : pol::names) pol::dispatch(name, []<class P>() { run_every_op<P>(); });
 }

@@ -127,7 +127,7 @@ struct ops {
       throw shape_error("precis::ops::linear: x " + xv.shape().str() + ", W " + wv.shape().str() + ", bias " +
                         bv.shape().str() + "; expected [m, in], [out, in], [out]");
     }
-    Tensor<Acc, Acc> y(Shape{xv.shape()[0], wv.shape()[0]});
+    Tensor<Acc> y(Shape{xv.shape()[0], wv.shape()[0]});
     map_into<Acc>("precis::ops::linear", y.view(), policy::detail::identity_fn{}, bv);  // broadcast the bias
     gemm<Acc>(Acc(1), xv, wv.transpose(), Acc(1), y);
     return policy::detail::result_as<typename T::output>(std::move(y));

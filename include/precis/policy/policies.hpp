@@ -52,6 +52,16 @@ constexpr bool narrow_range() {  // fp16, fp8: gradients underflow without loss 
 template <class... T>
 struct always_false : std::false_type {};
 
+/// The precision strings of PyTorch Lightning ("16", "bf16", "32", "64"); the format's name for
+/// any other type.
+template <class T>
+std::string precision_string() {
+  if constexpr (std::is_same_v<T, half>) return "16";
+  else if constexpr (std::is_same_v<T, float>) return "32";
+  else if constexpr (std::is_same_v<T, double>) return "64";
+  else return std::string(format_traits<T>::name);
+}
+
 }  // namespace detail
 
 /// The widest of the given storage types (precis's promotion: a type that holds every value).
@@ -79,7 +89,7 @@ struct basic_policy {
 /// Everything in T: storage, compute, accumulation, master weights. No loss scaling.
 template <class T>
 struct true_ : basic_policy<T, T, T, T, false> {
-  static std::string name() { return std::string(format_traits<T>::name) + "-true"; }
+  static std::string name() { return detail::precision_string<T>() + "-true"; }
 };
 
 /// Autocast-like mixed precision. Loss scaling is on by default when Low has a narrower
@@ -87,7 +97,7 @@ struct true_ : basic_policy<T, T, T, T, false> {
 template <class Low, class High = float>
 struct mixed : basic_policy<Low, High, Low, High, detail::narrow_range<Low>()> {
   static std::string name() {
-    return std::string(format_traits<Low>::name) + "-mixed" +
+    return detail::precision_string<Low>() + "-mixed" +
            (std::is_same_v<High, float> ? "" : "<" + std::string(format_traits<High>::name) + ">");
   }
 };

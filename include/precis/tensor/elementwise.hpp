@@ -220,7 +220,7 @@ struct gelu {
   template <class T> T operator()(const T& a) const {
     using std::erf;
     using std::sqrt;
-    return T(0.5) * a * (T(1) + erf(a / sqrt(T(2))));
+    return T(0.5) * a * (T(1) + T(erf(a / sqrt(T(2)))));
   }
 };
 struct pow { template <class T> T operator()(const T& a, const T& b) const { using std::pow; return pow(a, b); } };
