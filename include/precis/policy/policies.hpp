@@ -189,53 +189,52 @@ struct fixed_string {
 
 namespace detail {
 
-template <fixed_string Name>
-constexpr bool is(std::string_view s) {
-  return Name.view() == s;
+/// Position of a precision string in `names` (aliases included); -1 for an unknown one.
+constexpr int policy_index(std::string_view s) {
+  if (s == "16-mixed" || s == "16") return 0;
+  if (s == "bf16-mixed" || s == "bf16") return 1;
+  if (s == "fp8-mixed") return 2;
+  if (s == "16-true") return 3;
+  if (s == "bf16-true") return 4;
+  if (s == "32-true" || s == "32") return 5;
+  if (s == "64-true" || s == "64") return 6;
+  return -1;
 }
 
-template <fixed_string Name>
-struct lookup {
-  static_assert(always_false<decltype(Name)>::value,
+template <int I>
+struct policy_at {
+  static_assert(I >= 0,
                 "precis::policy::named: unknown policy name. Valid names: \"16-mixed\", \"bf16-mixed\", "
                 "\"fp8-mixed\", \"16-true\", \"bf16-true\", \"32-true\", \"64-true\", and the aliases \"16\" "
                 "(16-mixed), \"bf16\" (bf16-mixed), \"32\" (32-true), \"64\" (64-true).");
   using type = void;
 };
-
-template <fixed_string Name>
-  requires(is<Name>("16-mixed") || is<Name>("16"))
-struct lookup<Name> {
+template <>
+struct policy_at<0> {
   using type = mixed<half, float>;
 };
-template <fixed_string Name>
-  requires(is<Name>("bf16-mixed") || is<Name>("bf16"))
-struct lookup<Name> {
+template <>
+struct policy_at<1> {
   using type = mixed<bfloat16, float>;
 };
-template <fixed_string Name>
-  requires(is<Name>("fp8-mixed"))
-struct lookup<Name> {
+template <>
+struct policy_at<2> {
   using type = fp8_mixed;
 };
-template <fixed_string Name>
-  requires(is<Name>("16-true"))
-struct lookup<Name> {
+template <>
+struct policy_at<3> {
   using type = true_<half>;
 };
-template <fixed_string Name>
-  requires(is<Name>("bf16-true"))
-struct lookup<Name> {
+template <>
+struct policy_at<4> {
   using type = true_<bfloat16>;
 };
-template <fixed_string Name>
-  requires(is<Name>("32-true") || is<Name>("32"))
-struct lookup<Name> {
+template <>
+struct policy_at<5> {
   using type = true_<float>;
 };
-template <fixed_string Name>
-  requires(is<Name>("64-true") || is<Name>("64"))
-struct lookup<Name> {
+template <>
+struct policy_at<6> {
   using type = true_<double>;
 };
 
@@ -243,7 +242,7 @@ struct lookup<Name> {
 
 /// The policy a precision string names; named<"bf16-mixed"> is mixed<bfloat16, float>.
 template <fixed_string Name>
-using named = typename detail::lookup<Name>::type;
+using named = typename detail::policy_at<detail::policy_index(Name.view())>::type;
 
 /// The canonical names, in the order dispatch tries them.
 inline constexpr std::array<std::string_view, 7> names{"16-mixed", "bf16-mixed", "fp8-mixed", "16-true",
@@ -254,13 +253,16 @@ inline constexpr std::array<std::string_view, 7> names{"16-mixed", "bf16-mixed",
 /// An unknown name throws invalid_argument listing the valid names.
 template <class F>
 decltype(auto) dispatch(std::string_view name, F&& f) {
-  if (name == "16-mixed" || name == "16") return f.template operator()<named<"16-mixed">>();
-  if (name == "bf16-mixed" || name == "bf16") return f.template operator()<named<"bf16-mixed">>();
-  if (name == "fp8-mixed") return f.template operator()<named<"fp8-mixed">>();
-  if (name == "16-true") return f.template operator()<named<"16-true">>();
-  if (name == "bf16-true") return f.template operator()<named<"bf16-true">>();
-  if (name == "32-true" || name == "32") return f.template operator()<named<"32-true">>();
-  if (name == "64-true" || name == "64") return f.template operator()<named<"64-true">>();
+  switch (detail::policy_index(name)) {
+    case 0: return f.template operator()<detail::policy_at<0>::type>();
+    case 1: return f.template operator()<detail::policy_at<1>::type>();
+    case 2: return f.template operator()<detail::policy_at<2>::type>();
+    case 3: return f.template operator()<detail::policy_at<3>::type>();
+    case 4: return f.template operator()<detail::policy_at<4>::type>();
+    case 5: return f.template operator()<detail::policy_at<5>::type>();
+    case 6: return f.template operator()<detail::policy_at<6>::type>();
+    default: break;
+  }
   std::string valid;
   for (auto n : names) valid += (valid.empty() ? "" : ", ") + std::string(n);
   throw invalid_argument("precis::policy::dispatch: unknown policy name \"" + std::string(name) +
