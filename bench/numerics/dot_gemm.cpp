@@ -20,9 +20,12 @@
 #include <precis/analysis/analysis.hpp>
 #include <precis/precis.hpp>
 
+#include "common.hpp"
+
 namespace {
 
 namespace an = precis::analysis;
+namespace nb = precis::numerics_bench;
 using precis::rounding;
 
 template <class F>
@@ -46,24 +49,13 @@ void BM_dot_sqrt_n_law(benchmark::State& state) {
     }
   }
   const double u = precis::unit_roundoff<F>();
-  const double det = precis::bounds::dot(static_cast<double>(n), u);
-  state.counters["n"] = static_cast<double>(n);
-  state.counters["err"] = err;
-  state.counters["err_over_u"] = err / u;
-  state.counters["err_over_sqrt_n_u"] = err / (std::sqrt(static_cast<double>(n)) * u);
-  state.counters["bound_det"] = std::isinf(det) ? -1 : det;
+  nb::report_sqrt_n_law(state, static_cast<double>(n), err, u, precis::bounds::dot(static_cast<double>(n), u));
   state.SetLabel(std::string(precis::format_traits<F>::name) + (lo == 0 ? " U[0,1]" : " U[-1,1]") +
                  " (Higham & Mary 2019)");
 }
 
-void dot_sizes(benchmark::internal::Benchmark* b) {
-  for (long dist : {0, 1})
-    for (long n = 64; n <= (1 << 16); n *= 4) b->Args({n, dist});
-  b->ArgNames({"n", "signed"})->Iterations(1)->Unit(benchmark::kMillisecond);
-}
-
-BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, precis::half)->Apply(dot_sizes);
-BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, float)->Apply(dot_sizes);
+BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, precis::half)->Apply(nb::sqrt_n_sizes);
+BENCHMARK_TEMPLATE(BM_dot_sqrt_n_law, float)->Apply(nb::sqrt_n_sizes);
 
 /// max_ij |c_ij - ref_ij| / mag_ij
 template <class C>

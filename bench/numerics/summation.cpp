@@ -37,23 +37,12 @@ void BM_sqrt_n_law(benchmark::State& state) {
     }
   }
   const double u = precis::unit_roundoff<F>();
-  const double det = precis::bounds::recursive_sum(static_cast<double>(n), u);
-  state.counters["n"] = static_cast<double>(n);
-  state.counters["err"] = err;
-  state.counters["err_over_u"] = err / u;
-  state.counters["err_over_sqrt_n_u"] = err / (std::sqrt(static_cast<double>(n)) * u);
-  state.counters["bound_det"] = std::isinf(det) ? -1 : det;
+  nb::report_sqrt_n_law(state, static_cast<double>(n), err, u, precis::bounds::recursive_sum(static_cast<double>(n), u));
   state.SetLabel(nb::name_of<F>() + (lo == 0 ? " U[0,1]" : " U[-1,1]") + " (Higham & Mary 2019)");
 }
 
-void sqrt_n_sizes(benchmark::internal::Benchmark* b) {
-  for (long dist : {0, 1})
-    for (long n = 64; n <= (1 << 16); n *= 4) b->Args({n, dist});
-  b->ArgNames({"n", "signed"})->Iterations(1)->Unit(benchmark::kMillisecond);
-}
-
-BENCHMARK_TEMPLATE(BM_sqrt_n_law, precis::half)->Apply(sqrt_n_sizes);
-BENCHMARK_TEMPLATE(BM_sqrt_n_law, float)->Apply(sqrt_n_sizes);
+BENCHMARK_TEMPLATE(BM_sqrt_n_law, precis::half)->Apply(nb::sqrt_n_sizes);
+BENCHMARK_TEMPLATE(BM_sqrt_n_law, float)->Apply(nb::sqrt_n_sizes);
 
 /// Case 6: summation algorithms in fp16 on the setup of Fasi & Mikaitis (IEEE Trans. Emerg.
 /// Topics Comput. 9(3), 2021, Sec. 8.1; their script test_summation_algorithms.m): 100000 terms
