@@ -198,38 +198,56 @@ void for_each_fiber(const TensorView<const S, C>& x, int axis, const TensorView<
                   });
 }
 
-template <class OutS, class Acc, class X, class Fiber>
-auto reduce_axis(const char* op, const X& xx, int axis, Fiber fiber) {
+/// Reduces every fiber along `axis` of x into out (x's shape with `axis` removed, any storage).
+template <class Acc, class X, class OS, class OC, class Fiber>
+void reduce_axis_into(const char* op, const X& xx, int axis, const TensorView<OS, OC>& out, Fiber fiber) {
   const auto x = as_view(xx);
   const int a = normalize_axis(axis, x.rank(), op);
   if (x.shape()[a] == 0) {
     throw shape_error(std::string(op) + ": axis " + std::to_string(a) + " of shape " +
                       x.shape().str() + " is empty; expected at least one element to reduce");
   }
-  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
-  auto out = Tensor<O, default_compute_t<O>>::uninitialized(x.shape().erased(a));
+  if (!(out.shape() == x.shape().erased(a))) {
+    throw shape_error(std::string(op) + ": output of shape " + out.shape().str() + " for a reduction of " +
+                      x.shape().str() + " along axis " + std::to_string(a) + "; expected " + x.shape().erased(a).str());
+  }
   const index_t n = x.shape()[a], st = x.strides()[a];
-  for_each_fiber(x, a, out.view(), false, [&](const auto* p, O* o, index_t) {
-    *o = store<O>(fiber(p, n, st));
+  for_each_fiber(x, a, out, false, [&](const auto* p, OS* o, index_t) {
+    *o = store<OS>(fiber(p, n, st));
   });
-  return out;
 }
 
 template <class OutS, class Acc, class X, class Fiber>
-auto reduce_all(const char* op, const X& xx, Fiber fiber) {
+auto reduce_axis(const char* op, const X& xx, int axis, Fiber fiber) {
+  const auto x = as_view(xx);
+  const int a = normalize_axis(axis, x.rank(), op);
+  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
+  auto out = Tensor<O, default_compute_t<O>>::uninitialized(x.shape().erased(a));
+  reduce_axis_into<Acc>(op, x, a, out.view(), fiber);
+  return out;
+}
+
+/// Reduces all of x into the single element *out. A strided x is first copied densely.
+template <class Acc, class X, class O, class Fiber>
+void reduce_all_into(const char* op, const X& xx, O* out, Fiber fiber) {
   const auto x = as_view(xx);
   if (x.empty()) {
     throw shape_error(std::string(op) + ": tensor of shape " + x.shape().str() +
                       " is empty; expected at least one element to reduce");
   }
-  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
-  Tensor<O, default_compute_t<O>> out(Shape{});
   if (x.is_contiguous()) {
-    out.data()[0] = store<O>(fiber(x.data(), x.size(), index_t{1}));
+    *out = store<O>(fiber(x.data(), x.size(), index_t{1}));
   } else {
     const auto dense = to_tensor(x);
-    out.data()[0] = store<O>(fiber(dense.data(), dense.size(), index_t{1}));
+    *out = store<O>(fiber(dense.data(), dense.size(), index_t{1}));
   }
+}
+
+template <class OutS, class Acc, class X, class Fiber>
+auto reduce_all(const char* op, const X& xx, Fiber fiber) {
+  using O = std::conditional_t<std::is_void_v<OutS>, storage_of<X>, OutS>;
+  Tensor<O, default_compute_t<O>> out(Shape{});
+  reduce_all_into<Acc>(op, xx, out.data(), fiber);
   return out;
 }
 
@@ -372,15 +390,19 @@ auto logsumexp(const X& x, int axis, summation alg = summation::pairwise) {
 
 namespace detail {
 
-template <class Acc, bool Log, class X>
-auto softmax_impl(const char* op, const X& xx, int axis, summation alg) {
+/// softmax (Log = false) or log_softmax of x along `axis` into out (x's shape, any storage).
+template <class Acc, bool Log, class X, class OS, class OC>
+void softmax_into(const char* op, const X& xx, int axis, const TensorView<OS, OC>& out, summation alg) {
   const auto x = as_view(xx);
   const int a = normalize_axis(axis, x.rank(), op);
   using S = storage_of<X>;
-  auto out = Tensor<S, compute_of<X>>::uninitialized(x.shape());
+  if (!(out.shape() == x.shape())) {
+    throw shape_error(std::string(op) + ": output of shape " + out.shape().str() + " for an input of shape " +
+                      x.shape().str() + "; expected the same shape");
+  }
   const index_t n = x.shape()[a], st = x.strides()[a];
-  if (n == 0) return out;
-  for_each_fiber(x, a, out.view(), true, [&](const S* p, S* o, index_t ost) {
+  if (n == 0) return;
+  for_each_fiber(x, a, out, true, [&](const S* p, OS* o, index_t ost) {
     using std::log;
     const Acc m = extreme_fiber<Acc, S, true>(p, n, st);
     const exp_shifted<Acc> e{m};
@@ -400,6 +422,12 @@ auto softmax_impl(const char* op, const X& xx, int axis, summation alg) {
       store_run(buf.data(), o + c0 * ost, len, ost);
     }
   });
+}
+
+template <class Acc, bool Log, class X>
+auto softmax_impl(const char* op, const X& xx, int axis, summation alg) {
+  auto out = Tensor<storage_of<X>, compute_of<X>>::uninitialized(as_view(xx).shape());
+  softmax_into<Acc, Log>(op, xx, axis, out.view(), alg);
   return out;
 }
 

@@ -119,6 +119,10 @@ class TensorView {
 
   TensorView() = default;
   TensorView(Storage* data, Shape shape) : TensorView(data, shape, contiguous_strides(shape)) {}
+  /// Construction without validation, for shapes and strides already checked.
+  struct unchecked {};
+  TensorView(Storage* data, const Shape& shape, const Shape& strides, unchecked) noexcept
+      : data_(data), shape_(shape), strides_(strides) {}
   TensorView(Storage* data, Shape shape, Shape strides)
       : data_(data), shape_(shape), strides_(strides) {
     detail::check_extents(shape_, "precis::TensorView");
@@ -140,6 +144,11 @@ class TensorView {
       : data_(v.data()), shape_(v.shape()), strides_(v.strides()) {}
 
   Storage* data() const noexcept { return data_; }
+  /// The same view, read-only.
+  TensorView<const storage_type, Compute> as_const() const noexcept {
+    return TensorView<const storage_type, Compute>(data_, shape_, strides_,
+                                                   typename TensorView<const storage_type, Compute>::unchecked{});
+  }
   const Shape& shape() const noexcept { return shape_; }
   const Shape& strides() const noexcept { return strides_; }
   int rank() const noexcept { return shape_.rank(); }

@@ -1,0 +1,111 @@
+// precis::Arena: the bump allocator behind a tape. Every value, gradient and saved tensor of
+// one training step is carved from it; reset() rewinds it for the next step. When a step
+// needed more than the first block, reset() replaces the blocks by one block big enough for
+// the whole step, so from the second step on a step of the same shape allocates nothing.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+namespace precis {
+
+class Arena {
+ public:
+  static constexpr std::size_t alignment = 64;
+
+  Arena() = default;
+  explicit Arena(std::size_t initial_bytes) { reserve(initial_bytes); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  Arena(Arena&&) noexcept = default;
+  Arena& operator=(Arena&&) noexcept = default;
+
+  /// `bytes` of uninitialized memory on a 64-byte boundary, valid until reset().
+  void* allocate(std::size_t bytes) {
+    bytes = round_up(std::max<std::size_t>(bytes, 1));
+    if (current_ < blocks_.size() && blocks_[current_].used + bytes > blocks_[current_].size) {
+      ++current_;  // later blocks (if any) are empty: a rewound arena reuses them in order
+      while (current_ < blocks_.size() && bytes > blocks_[current_].size) ++current_;
+    }
+    if (current_ >= blocks_.size()) {
+      const std::size_t last = blocks_.empty() ? 0 : blocks_.back().size;
+      add_block(std::max({bytes, 2 * last, std::size_t{1} << 16}));
+      current_ = blocks_.size() - 1;
+    }
+    Block& b = blocks_[current_];
+    void* p = b.data.get() + b.used;
+    b.used += bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+
+  /// n uninitialized objects of trivially copyable type T.
+  template <class T>
+  T* allocate_array(std::size_t n) {
+    static_assert(std::is_trivially_destructible_v<T>, "precis::Arena holds trivially destructible types only");
+    return static_cast<T*>(allocate(n * sizeof(T)));
+  }
+
+  /// Forgets every allocation. If the step spilled into more than one block, the blocks are
+  /// merged into one that holds the whole step, so the next step of that size fits.
+  void reset() {
+    if (blocks_.size() > 1) {
+      std::size_t total = 0;
+      for (const Block& b : blocks_) total += b.size;
+      blocks_.clear();
+      add_block(std::max(total, peak_));
+    }
+    for (Block& b : blocks_) b.used = 0;
+    current_ = 0;
+    in_use_ = 0;
+  }
+
+  /// Makes sure the first `bytes` of a step need no further allocation.
+  void reserve(std::size_t bytes) {
+    if (capacity() >= bytes) return;
+    blocks_.clear();
+    add_block(round_up(bytes));
+    current_ = 0;
+    in_use_ = 0;
+  }
+
+  /// Bytes handed out since the last reset.
+  std::size_t bytes_in_use() const noexcept { return in_use_; }
+  /// Largest bytes_in_use() seen over the arena's life.
+  std::size_t peak_bytes() const noexcept { return peak_; }
+  /// Bytes held from the system.
+  std::size_t capacity() const noexcept {
+    std::size_t c = 0;
+    for (const Block& b : blocks_) c += b.size;
+    return c;
+  }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{alignment}); }
+  };
+  struct Block {
+    std::unique_ptr<std::byte[], Free> data;
+    std::size_t size = 0;
+    std::size_t used = 0;
+  };
+
+  static std::size_t round_up(std::size_t n) { return (n + alignment - 1) / alignment * alignment; }
+
+  void add_block(std::size_t size) {
+    auto* p = static_cast<std::byte*>(::operator new(size, std::align_val_t{alignment}));
+    blocks_.push_back(Block{std::unique_ptr<std::byte[], Free>(p), size, 0});
+  }
+
+  std::vector<Block> blocks_;
+  std::size_t current_ = 0;
+  std::size_t in_use_ = 0;
+  std::size_t peak_ = 0;
+};
+
+}  // namespace precis

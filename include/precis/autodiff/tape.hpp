@@ -1,0 +1,393 @@
+// precis::Tape<Policy>: a reverse-mode tape over tensors. Ops on Var handles (autodiff/ops.hpp)
+// compute their value in the types the policy gives (policy::op_types), store it in the arena
+// in its output storage type, and append one node: a backward function pointer plus the ids
+// of its operands. backward() walks the nodes in reverse.
+//
+//   precis::Tape<precis::policy::named<"bf16-mixed">> tape;
+//   auto w = tape.param(W.value, W.grad);         // gradients accumulate into W.grad
+//   auto x = tape.input(batch);                   // copied into the arena
+//   auto loss = cross_entropy(matmul(x, w), labels);
+//   tape.backward(loss, /*seed = loss scale*/ 1024);
+//   tape.reset();                                 // next step: same memory, no allocation
+//
+// Memory: values, gradients and saved tensors live in an Arena that reset() rewinds; nodes and
+// slots live in vectors whose capacity survives reset(). A step of the same shapes as an
+// earlier one allocates nothing. A Tape must outlive the Vars it hands out.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "precis/autodiff/arena.hpp"
+#include "precis/error.hpp"
+#include "precis/policy/policies.hpp"
+#include "precis/tensor/all.hpp"
+
+namespace precis {
+
+/// Misuse of a tape: backward twice, a Var from a reset step or another tape, a loss that
+/// does not depend on anything that requires a gradient.
+class autodiff_error : public error {
+ public:
+  using error::error;
+};
+
+template <class P>
+class Tape;
+
+namespace detail {
+/// The element-wise copy functor (map_into rounds once into the destination's storage).
+struct identity {
+  template <class T>
+  T operator()(const T& a) const {
+    return a;
+  }
+};
+}  // namespace detail
+
+/// Storage of the gradient of a value stored as S under policy P: the policy's gradient type
+/// for activation-typed values (e5m2 under fp8-mixed), S itself otherwise.
+template <class P, class S>
+using grad_storage_t =
+    std::conditional_t<std::is_same_v<S, typename P::activation_type>, typename P::grad_type, S>;
+
+/// A handle to a value recorded on a Tape<P>, stored as S. Cheap to copy (a pointer and two
+/// integers); valid until the tape's next reset().
+template <class P, class S>
+class Var {
+ public:
+  using policy_type = P;
+  using storage_type = S;
+  using grad_type = grad_storage_t<P, S>;
+
+  Var() = default;
+
+  Tape<P>& tape() const {
+    check("precis::Var::tape");
+    return *tape_;
+  }
+  std::uint32_t id() const noexcept { return id_; }
+  const Shape& shape() const { return tape().slot(id_).shape; }
+  index_t size() const { return shape().numel(); }
+  bool requires_grad() const { return tape().slot(id_).requires_grad; }
+  /// The value (valid until reset()).
+  TensorView<const S> value() const { return tape().template value_view<S>(id_); }
+  /// The gradient accumulated by backward(); throws if none has reached this Var.
+  TensorView<const grad_type> grad() const {
+    const auto& s = tape().slot(id_);
+    if (s.grad == nullptr) {
+      throw autodiff_error("precis::Var::grad: no gradient has reached this value of shape " + s.shape.str() +
+                           (s.requires_grad ? "; call backward() on a loss that depends on it"
+                                            : "; it does not require a gradient (an input, a constant, a "
+                                              "detached value or one recorded under no_grad)"));
+    }
+    return TensorView<const grad_type>(static_cast<const grad_type*>(s.grad), s.shape);
+  }
+  /// The value of a one-element Var as a double.
+  double item() const {
+    const auto v = value();
+    if (v.size() != 1) {
+      throw shape_error("precis::Var::item: value of shape " + v.shape().str() + " has " + std::to_string(v.size()) +
+                        " elements; expected exactly one");
+    }
+    return static_cast<double>(detail::load<double>(detail::load<default_compute_t<S>>(*v.data())));
+  }
+  /// True when this handle refers to a value of the tape's current step.
+  bool valid() const noexcept { return tape_ != nullptr && tape_->generation() == gen_; }
+
+  void check(const char* op) const {
+    if (tape_ == nullptr) {
+      throw autodiff_error(std::string(op) + ": this Var is empty (default-constructed); expected a value recorded "
+                                             "on a tape");
+    }
+    if (tape_->generation() != gen_) {
+      throw autodiff_error(std::string(op) + ": this Var belongs to step " + std::to_string(gen_) +
+                           " of its tape, which has since been reset (now step " +
+                           std::to_string(tape_->generation()) + "); record it again in the current step");
+    }
+  }
+
+ private:
+  friend class Tape<P>;
+  Var(Tape<P>* t, std::uint32_t id, std::uint64_t gen) : tape_(t), id_(id), gen_(gen) {}
+
+  Tape<P>* tape_ = nullptr;
+  std::uint32_t id_ = 0;
+  std::uint64_t gen_ = 0;
+};
+
+template <class P>
+class Tape {
+ public:
+  using policy_type = P;
+  template <class S>
+  using var = Var<P, S>;
+  using param_type = typename P::param_type;
+
+  /// A recorded value: where it lives, its shape and strides (views share their base's memory)
+  /// and its gradient buffer (null until a gradient reaches it).
+  struct Slot {
+    void* value = nullptr;
+    void* grad = nullptr;
+    Shape shape;
+    Shape strides;
+    bool requires_grad = false;
+    bool external_grad = false;  // a parameter's gradient lives in the caller's tensor
+  };
+
+  /// One recorded op: its backward function, its output and operands, and what it saved.
+  struct Node {
+    using backward_fn = void (*)(Tape&, const Node&);
+    backward_fn backward = nullptr;
+    std::uint32_t out = 0;
+    std::array<std::uint32_t, 3> in{};
+    std::array<const void*, 3> aux{};
+    std::array<index_t, 3> iarg{};
+    double darg = 0;
+  };
+
+  /// `arena_bytes` reserves the arena up front (otherwise it grows during the first step).
+  explicit Tape(std::size_t arena_bytes = 0) : arena_(arena_bytes) {
+    slots_.reserve(256);
+    nodes_.reserve(256);
+  }
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  // ---- leaves -------------------------------------------------------------------------------
+
+  /// A parameter: its value is read in place and its gradient accumulates (+=) into `grad`
+  /// (same shape, contiguous) on every backward, until the caller zeroes it.
+  template <class S, class C, class G, class GC>
+  Var<P, S> param(const TensorView<S, C>& value, const TensorView<G, GC>& grad) {
+    using V = std::remove_const_t<S>;
+    static_assert(std::is_same_v<G, grad_storage_t<P, V>>,
+                  "precis::Tape::param: the gradient tensor's storage must be grad_storage_t<Policy, S>");
+    if (!(grad.shape() == value.shape()) || !grad.is_contiguous()) {
+      throw shape_error("precis::Tape::param: value of shape " + value.shape().str() + " and gradient of shape " +
+                        grad.shape().str() + (grad.is_contiguous() ? "" : " (not contiguous)") +
+                        "; expected a contiguous gradient of the value's shape");
+    }
+    const std::uint32_t id = add_slot(const_cast<V*>(value.data()), value.shape(), value.strides(), true);
+    slots_[id].grad = grad.data();
+    slots_[id].external_grad = true;
+    return Var<P, V>(this, id, gen_);
+  }
+  /// param(p.value, p.grad) for anything holding a value and a gradient tensor (nn::Parameter).
+  template <class Prm>
+    requires requires(Prm& p) {
+      p.value.view();
+      p.grad.view();
+    }
+  auto param(Prm& p) {
+    return param(p.value.view(), p.grad.view());
+  }
+
+  /// An input, copied into the arena (the caller's buffer may change afterwards). With
+  /// requires_grad its gradient is computed (e.g. for saliency or gradient checking).
+  template <tensor_like X>
+  Var<P, storage_of<X>> input(const X& x, bool requires_grad = false) {
+    using S = storage_of<X>;
+    const auto v = as_view(x);
+    auto out = make<S>(v.shape(), requires_grad);
+    copy_into(v, value_view<S>(out.id()));
+    return out;
+  }
+  /// A tensor of `shape` filled with `value` (rounded once into S), not differentiated.
+  template <class S>
+  Var<P, S> full(const Shape& shape, double value) {
+    auto out = make<S>(shape, false);
+    const S v = detail::store<S>(detail::load<default_compute_t<S>>(value));
+    auto view = value_view<S>(out.id());
+    std::fill_n(view.data(), view.size(), v);
+    return out;
+  }
+  /// The same value, cut off from the graph: no gradient flows through it.
+  template <class S>
+  Var<P, S> detach(const Var<P, S>& x) {
+    check(x, "precis::detach");
+    const Slot s = slots_[x.id()];
+    return Var<P, S>(this, add_slot(s.value, s.shape, s.strides, false), gen_);
+  }
+
+  // ---- gradient mode --------------------------------------------------------------------------
+
+  /// While the returned guard lives, ops record nothing and their results need no gradient.
+  class no_grad_guard {
+   public:
+    explicit no_grad_guard(Tape& t) : t_(&t), saved_(t.grad_enabled_) { t.grad_enabled_ = false; }
+    no_grad_guard(const no_grad_guard&) = delete;
+    no_grad_guard& operator=(const no_grad_guard&) = delete;
+    ~no_grad_guard() { t_->grad_enabled_ = saved_; }
+
+   private:
+    Tape* t_;
+    bool saved_;
+  };
+  [[nodiscard]] no_grad_guard no_grad() { return no_grad_guard(*this); }
+  bool grad_enabled() const noexcept { return grad_enabled_; }
+
+  // ---- the reverse sweep ----------------------------------------------------------------------
+
+  /// Differentiates a one-element loss; the seed (the loss scale) is its gradient. Parameter
+  /// gradients accumulate into their tensors. Without retain_graph the step can be
+  /// differentiated only once.
+  template <class S>
+  void backward(const Var<P, S>& loss, double seed = 1.0, bool retain_graph = false) {
+    check(loss, "precis::Tape::backward");
+    if (loss.size() != 1) {
+      throw shape_error("precis::Tape::backward: the loss has shape " + loss.shape().str() + " (" +
+                        std::to_string(loss.size()) +
+                        " elements); expected a single element, or pass a seed tensor of the loss's shape");
+    }
+    using G = grad_storage_t<P, S>;
+    begin_backward(loss);
+    *grad_view<G>(loss.id()).data() = detail::store<G>(detail::load<default_compute_t<G>>(seed));
+    sweep(retain_graph);
+  }
+  /// Differentiates y with the seed tensor `seed` (y's shape): a vector-Jacobian product.
+  template <class S, tensor_like Seed>
+  void backward(const Var<P, S>& y, const Seed& seed, bool retain_graph = false) {
+    check(y, "precis::Tape::backward");
+    if (!(as_view(seed).shape() == y.shape())) {
+      throw shape_error("precis::Tape::backward: seed of shape " + as_view(seed).shape().str() + " for a value of shape " +
+                        y.shape().str() + "; expected the same shape");
+    }
+    using G = grad_storage_t<P, S>;
+    begin_backward(y);
+    map_into<default_compute_t<G>>("precis::Tape::backward", grad_view<G>(y.id()), detail::identity{}, as_view(seed));
+    sweep(retain_graph);
+  }
+
+  /// Forgets the step: every Var handed out so far becomes invalid; the memory is kept.
+  void reset() {
+    nodes_.clear();
+    slots_.clear();
+    arena_.reset();
+    scratch_.reset();
+    ++gen_;
+    differentiated_ = false;
+  }
+
+  // ---- introspection ----------------------------------------------------------------------------
+
+  std::uint64_t generation() const noexcept { return gen_; }
+  std::size_t nodes() const noexcept { return nodes_.size(); }
+  std::size_t values() const noexcept { return slots_.size(); }
+  const Arena& arena() const noexcept { return arena_; }
+  const Arena& scratch_arena() const noexcept { return scratch_; }
+
+  // ---- for op implementations (autodiff/ops.hpp and user-defined ops) ------------------------
+
+  /// A new contiguous value of `shape` in the arena (uninitialized). It requires a gradient if
+  /// requires_grad and gradients are enabled.
+  template <class S>
+  Var<P, S> make(const Shape& shape, bool requires_grad) {
+    detail::check_extents(shape, "precis::Tape::make");
+    S* p = arena_.allocate_array<S>(static_cast<std::size_t>(shape.numel()));
+    return Var<P, S>(this, add_slot(p, shape, contiguous_strides(shape), requires_grad && grad_enabled_), gen_);
+  }
+  /// A new value that is a view (shape, strides, element offset) of x's memory.
+  template <class S>
+  Var<P, S> make_view(const Var<P, S>& x, const TensorView<const S>& v) {
+    return Var<P, S>(this, add_slot(const_cast<S*>(v.data()), v.shape(), v.strides(),
+                                    x.requires_grad() && grad_enabled_), gen_);
+  }
+  /// Appends a node (call only when the output requires a gradient).
+  void record(const Node& n) { nodes_.push_back(n); }
+
+  const Slot& slot(std::uint32_t id) const { return slots_[id]; }
+  template <class S>
+  TensorView<S> value_view(std::uint32_t id) const {
+    const Slot& s = slots_[id];
+    return TensorView<S>(static_cast<S*>(s.value), s.shape, s.strides, typename TensorView<S>::unchecked{});
+  }
+  /// The gradient buffer of a value (contiguous, its shape), allocated and zeroed on first use.
+  template <class G>
+  TensorView<G> grad_view(std::uint32_t id) {
+    Slot& s = slots_[id];
+    if (s.grad == nullptr) {
+      const auto n = static_cast<std::size_t>(s.shape.numel());
+      G* g = arena_.allocate_array<G>(n);
+      std::fill_n(g, n, G(0));
+      s.grad = g;
+    }
+    return TensorView<G>(static_cast<G*>(s.grad), s.shape);
+  }
+  bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
+  Arena& arena() noexcept { return arena_; }
+  /// Memory for one op's temporaries: rewound after every op and every backward node.
+  Arena& scratch() noexcept { return scratch_; }
+  void end_op() { scratch_.reset(); }
+
+  template <class S>
+  void check(const Var<P, S>& x, const char* op) const {
+    x.check(op);
+    if (&x.tape() != this) {
+      throw autodiff_error(std::string(op) + ": this Var was recorded on another tape");
+    }
+  }
+
+  /// Copies (and rounds, once, to nearest) a view into another of the same shape.
+  template <class S, class C, class D, class DC>
+  static void copy_into(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
+    if constexpr (std::is_same_v<std::remove_const_t<S>, D>) {
+      if (from.is_contiguous() && to.is_contiguous()) {
+        std::memcpy(to.data(), from.data(), static_cast<std::size_t>(from.size()) * sizeof(D));
+        return;
+      }
+    }
+    using A = detail::promote_t<default_compute_t<std::remove_const_t<S>>, default_compute_t<D>>;
+    map_into<A>("precis::Tape::copy", to, detail::identity{}, from);
+  }
+
+ private:
+  std::uint32_t add_slot(void* value, const Shape& shape, const Shape& strides, bool requires_grad) {
+    Slot s;
+    s.value = value;
+    s.shape = shape;
+    s.strides = strides;
+    s.requires_grad = requires_grad;
+    slots_.push_back(s);
+    return static_cast<std::uint32_t>(slots_.size() - 1);
+  }
+
+  template <class S>
+  void begin_backward(const Var<P, S>& y) {
+    if (!y.requires_grad()) {
+      throw autodiff_error("precis::Tape::backward: the value of shape " + y.shape().str() +
+                           " does not depend on any parameter or input that requires a gradient");
+    }
+    if (differentiated_) {
+      throw autodiff_error("precis::Tape::backward: this step's graph was already differentiated; pass "
+                           "retain_graph = true to the first backward() to run it again, or reset() and record "
+                           "the next step");
+    }
+    for (Slot& s : slots_) {  // a retained graph run again: intermediate gradients start afresh
+      if (!s.external_grad) s.grad = nullptr;
+    }
+  }
+
+  void sweep(bool retain_graph) {
+    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+      if (slots_[it->out].grad == nullptr) continue;  // no gradient reached this op's output
+      it->backward(*this, *it);
+      scratch_.reset();
+    }
+    differentiated_ = !retain_graph;
+  }
+
+  Arena arena_;
+  Arena scratch_;
+  std::vector<Slot> slots_;
+  std::vector<Node> nodes_;
+  std::uint64_t gen_ = 0;
+  bool grad_enabled_ = true;
+  bool differentiated_ = false;
+};
+
+}  // namespace precis
