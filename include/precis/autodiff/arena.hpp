@@ -48,7 +48,9 @@ class Arena {
   template <class T>
   T* allocate_array(std::size_t n) {
     static_assert(std::is_trivially_destructible_v<T>, "precis::Arena holds trivially destructible types only");
-    return static_cast<T*>(allocate(n * sizeof(T)));
+    T* p = static_cast<T*>(allocate(n * sizeof(T)));
+    if constexpr (!std::is_trivially_default_constructible_v<T>) std::uninitialized_default_construct_n(p, n);
+    return p;
   }
 
   /// Forgets every allocation. If the step spilled into more than one block, the blocks are

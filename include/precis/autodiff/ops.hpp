@@ -227,7 +227,8 @@ struct d_gelu {
     using std::exp;
     using std::sqrt;
     const T cdf = T(0.5) * (T(1) + T(erf(x / sqrt(T(2)))));
-    const T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(std::numbers::pi));
+    using std::acos;
+    const T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(acos(T(-1))));  // pi in T's own precision
     return g * (cdf + x * pdf);
   }
 };
@@ -340,13 +341,13 @@ void reduce_backward(Tape<P>& t, const node_t<P>& n) {
   using O = typename T::output;
   using A = arith_t<typename T::accumulate>;
   const auto [g, y] = reduced_views<grad_t<P, O>, O>(t, n);
-  const A scale = A(n.darg);
+  const A divisor = A(n.darg);  // 1, or the element count of a mean (exact in A)
   accumulate<A>(name_of<Op>(), t.template grad_view<grad_t<P, S>>(n.in[0]),
-                [scale](const A& gg, const A& x, const A& yy) { return D{}(gg, x, yy, scale); }, g,
+                [divisor](const A& gg, const A& x, const A& yy) { return D{}(gg, x, yy, divisor); }, g,
                 t.template value_view<const S>(n.in[0]), y);
 }
 
-struct d_sum { template <class T> T operator()(const T& g, const T&, const T&, const T& s) const { return g * s; } };
+struct d_sum { template <class T> T operator()(const T& g, const T&, const T&, const T& n) const { return g / n; } };
 /// d||x|| / dx = x / ||x|| (0 at x = 0).
 struct d_norm {
   template <class T> T operator()(const T& g, const T& x, const T& y, const T&) const {
@@ -360,9 +361,10 @@ struct d_logsumexp {
   }
 };
 
-/// sum / mean / norm / logsumexp over `axis` (or all elements for axis = nullopt).
+/// sum / mean / norm / logsumexp over `axis` (all elements for axis = nullptr); the gradient
+/// is divided by `divisor` (a mean's element count).
 template <class Op, class D, class P, class S, class Fiber>
-auto reduce(const Var<P, S>& x, const int* axis, double scale, Fiber fiber) {
+auto reduce(const Var<P, S>& x, const int* axis, double divisor, Fiber fiber) {
   Tape<P>& t = x.tape();
   t.check(x, name_of<Op>());
   using T = types_t<P, Op, S>;
@@ -380,7 +382,7 @@ auto reduce(const Var<P, S>& x, const int* axis, double scale, Fiber fiber) {
   } else {
     detail::reduce_all_into<Acc>(name_of<Op>(), x.value(), t.template value_view<O>(y.id()).data(), fiber);
   }
-  record(t, &reduce_backward<Op, D, P, S>, y, {x.id()}, {}, {a}, scale);
+  record(t, &reduce_backward<Op, D, P, S>, y, {x.id()}, {}, {a}, divisor);
   return y;
 }
 
@@ -498,7 +500,7 @@ void mse_backward(Tape<P>& t, const node_t<P>& n) {
   const auto p = t.template value_view<const SP>(n.in[0]);
   const auto q = t.template value_view<const ST>(n.in[1]);
   const TensorView<const grad_t<P, typename T::output>> g(t.template grad_view<grad_t<P, typename T::output>>(n.out).data(), Shape{});
-  const A c = A(2.0 / static_cast<double>(p.size()));
+  const A c = A(2) / A(static_cast<double>(p.size()));
   if (t.slot(n.in[0]).requires_grad) {
     accumulate<A>("precis::mse", t.template grad_view<grad_t<P, SP>>(n.in[0]),
                   [c](const A& gg, const A& a, const A& b) { return A(c * gg * (a - b)); }, g, p, q);
@@ -759,7 +761,7 @@ template <class P, class S>
 auto mean(const Var<P, S>& x) {
   using Acc = typename policy::op_types<P, op::mean, S>::accumulate;
   const auto n = static_cast<double>(x.size());
-  return detail::ad::reduce<op::mean, detail::ad::d_sum>(x, nullptr, 1.0 / n, [n](const auto* p, index_t len, index_t st) {
+  return detail::ad::reduce<op::mean, detail::ad::d_sum>(x, nullptr, n, [n](const auto* p, index_t len, index_t st) {
     return Acc(detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{}) / Acc(n));
   });
 }
@@ -768,7 +770,7 @@ auto mean(const Var<P, S>& x, int axis) {
   using Acc = typename policy::op_types<P, op::mean, S>::accumulate;
   const int a = normalize_axis(axis, x.shape().rank(), "precis::mean");
   const auto n = static_cast<double>(x.shape()[a]);
-  return detail::ad::reduce<op::mean, detail::ad::d_sum>(x, &axis, 1.0 / n, [n](const auto* p, index_t len, index_t st) {
+  return detail::ad::reduce<op::mean, detail::ad::d_sum>(x, &axis, n, [n](const auto* p, index_t len, index_t st) {
     return Acc(detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{}) / Acc(n));
   });
 }

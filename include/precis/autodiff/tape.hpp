@@ -313,7 +313,7 @@ class Tape {
     if (s.grad == nullptr) {
       const auto n = static_cast<std::size_t>(s.shape.numel());
       G* g = arena_.allocate_array<G>(n);
-      std::fill_n(g, n, G(0));
+      std::uninitialized_fill_n(g, n, G(0));
       s.grad = g;
     }
     return TensorView<G>(static_cast<G*>(s.grad), s.shape);
@@ -335,7 +335,7 @@ class Tape {
   /// Copies (and rounds, once, to nearest) a view into another of the same shape.
   template <class S, class C, class D, class DC>
   static void copy_into(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
-    if constexpr (std::is_same_v<std::remove_const_t<S>, D>) {
+    if constexpr (std::is_same_v<std::remove_const_t<S>, D> && std::is_trivially_copyable_v<D>) {
       if (from.is_contiguous() && to.is_contiguous()) {
         std::memcpy(to.data(), from.data(), static_cast<std::size_t>(from.size()) * sizeof(D));
         return;
