@@ -1,0 +1,216 @@
+// precis::nn: thin layers on the tape. A Module owns named parameters (value + gradient, in the
+// policy's parameter and gradient types) and child modules; calling a layer binds its
+// parameters to the tape of its input and records the ops.
+//
+//   precis::nn::MLP<P> net({784, 256, 128, 10}, precis::nn::activation::relu, /*seed=*/1);
+//   precis::Tape<P> tape;
+//   auto loss = cross_entropy(net(tape.input(x)), labels);
+//   tape.backward(loss);
+//   for (auto* p : net.parameters()) { /* p->value, p->grad */ }
+//   net.zero_grad(); tape.reset();
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "precis/autodiff/all.hpp"
+
+namespace precis::nn {
+
+/// A trainable tensor: its value and the gradient backward() accumulates into.
+template <class S, class G = S>
+struct Parameter {
+  std::string name;
+  Tensor<S> value;
+  Tensor<G> grad;
+};
+
+/// The parameter registry: parameters and child modules by name, in registration order.
+template <class P>
+class Module {
+ public:
+  using policy_type = P;
+  using param_type = typename P::param_type;
+  using grad_type = grad_storage_t<P, param_type>;
+  using parameter = Parameter<param_type, grad_type>;
+
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) noexcept = default;
+  Module& operator=(Module&&) noexcept = default;
+  virtual ~Module() = default;
+
+  /// Every parameter of this module and its children ("child.name" paths), depth first.
+  std::vector<std::pair<std::string, parameter*>> named_parameters() {
+    std::vector<std::pair<std::string, parameter*>> out;
+    for (auto& p : params_) out.emplace_back(p->name, p.get());
+    for (auto& [name, child] : children_) {
+      for (auto& [sub, p] : child->named_parameters()) out.emplace_back(name + "." + sub, p);
+    }
+    return out;
+  }
+  std::vector<parameter*> parameters() {
+    std::vector<parameter*> out;
+    for (auto& np : named_parameters()) out.push_back(np.second);
+    return out;
+  }
+  /// Calls f(parameter&) for every parameter, depth first, without allocating.
+  template <class F>
+  void for_each_parameter(F&& f) {
+    for (auto& p : params_) f(*p);
+    for (auto& c : children_) c.second->for_each_parameter(f);
+  }
+  index_t parameter_count() {
+    index_t n = 0;
+    for_each_parameter([&](parameter& p) { n += p.value.size(); });
+    return n;
+  }
+  /// Sets every gradient to zero (backward accumulates; call between steps).
+  void zero_grad() {
+    for_each_parameter([](parameter& p) { std::fill(p.grad.begin(), p.grad.end(), grad_type(0)); });
+  }
+
+ protected:
+  parameter& register_parameter(std::string name, const Shape& shape) {
+    params_.push_back(std::make_unique<parameter>(parameter{std::move(name), Tensor<param_type>(shape), Tensor<grad_type>(shape)}));
+    return *params_.back();
+  }
+  template <class M>
+  M& register_module(std::string name, std::unique_ptr<M> m) {
+    M& ref = *m;
+    children_.emplace_back(std::move(name), std::move(m));
+    return ref;
+  }
+
+ private:
+  std::vector<std::unique_ptr<parameter>> params_;  // stable addresses: tapes point into them
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+// ---- initializers -------------------------------------------------------------------------------
+
+/// Kaiming/He uniform (He et al. 2015): U(-b, b), b = gain sqrt(3 / fan_in); gain sqrt(2) keeps
+/// the activations' variance through ReLU layers.
+template <class S, class C>
+void kaiming_uniform(const TensorView<S, C>& w, index_t fan_in, std::uint64_t seed, double gain = std::sqrt(2.0)) {
+  if (fan_in <= 0) throw invalid_argument("precis::nn::kaiming_uniform: fan_in = " + std::to_string(fan_in) + "; expected > 0");
+  const double b = gain * std::sqrt(3.0 / static_cast<double>(fan_in));
+  fill_uniform(w, -b, b, seed);
+}
+/// Xavier/Glorot uniform (Glorot & Bengio 2010): U(-b, b), b = gain sqrt(6 / (fan_in + fan_out)).
+template <class S, class C>
+void xavier_uniform(const TensorView<S, C>& w, index_t fan_in, index_t fan_out, std::uint64_t seed, double gain = 1.0) {
+  if (fan_in + fan_out <= 0) {
+    throw invalid_argument("precis::nn::xavier_uniform: fan_in + fan_out = " + std::to_string(fan_in + fan_out) + "; expected > 0");
+  }
+  const double b = gain * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  fill_uniform(w, -b, b, seed);
+}
+
+enum class init { kaiming_uniform, xavier_uniform };
+
+// ---- layers -----------------------------------------------------------------------------------
+
+/// y = x W^T + b, W [out, in]; bias zero-initialized.
+template <class P>
+class Linear : public Module<P> {
+ public:
+  using parameter = typename Module<P>::parameter;
+
+  Linear(index_t in, index_t out, std::uint64_t seed, bool bias = true, init how = init::kaiming_uniform)
+      : weight_(&this->register_parameter("weight", Shape{out, in})),
+        bias_(bias ? &this->register_parameter("bias", Shape{out}) : nullptr) {
+    if (in <= 0 || out <= 0) {
+      throw invalid_argument("precis::nn::Linear: in = " + std::to_string(in) + ", out = " + std::to_string(out) +
+                             "; expected positive sizes");
+    }
+    if (how == init::kaiming_uniform) kaiming_uniform(weight_->value.view(), in, seed);
+    else xavier_uniform(weight_->value.view(), in, out, seed);
+  }
+
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    Tape<P>& t = x.tape();
+    if (bias_ == nullptr) return linear(x, t.param(*weight_));
+    return linear(x, t.param(*weight_), t.param(*bias_));
+  }
+
+  parameter& weight() { return *weight_; }
+  parameter* bias() { return bias_; }
+  index_t in_features() const { return weight_->value.shape()[1]; }
+  index_t out_features() const { return weight_->value.shape()[0]; }
+
+ private:
+  parameter* weight_;
+  parameter* bias_;
+};
+
+/// Normalization over the last axis with a learned scale (ones) and shift (zeros).
+template <class P>
+class LayerNorm : public Module<P> {
+ public:
+  explicit LayerNorm(index_t d, double eps = 1e-5)
+      : gamma_(&this->register_parameter("weight", Shape{d})), beta_(&this->register_parameter("bias", Shape{d})), eps_(eps) {
+    std::fill(gamma_->value.begin(), gamma_->value.end(), typename P::param_type(1));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    Tape<P>& t = x.tape();
+    return layer_norm(x, t.param(*gamma_), t.param(*beta_), eps_);
+  }
+
+ private:
+  typename Module<P>::parameter* gamma_;
+  typename Module<P>::parameter* beta_;
+  double eps_;
+};
+
+enum class activation { relu, gelu, tanh };
+
+/// Linear layers of the given widths with an activation between them (none after the last).
+template <class P>
+class MLP : public Module<P> {
+ public:
+  MLP(const std::vector<index_t>& widths, activation act, std::uint64_t seed) : act_(act) {
+    if (widths.size() < 2) {
+      throw invalid_argument("precis::nn::MLP: " + std::to_string(widths.size()) +
+                             " widths; expected at least 2 (inputs and outputs)");
+    }
+    for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+      layers_.push_back(&this->register_module("layer" + std::to_string(i),
+                                               std::make_unique<Linear<P>>(widths[i], widths[i + 1], seed + i)));
+    }
+  }
+
+  /// The logits; the hidden activations are stored in the policy's types.
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    auto h = (*layers_[0])(x);
+    for (std::size_t i = 1; i < layers_.size(); ++i) h = (*layers_[i])(activate(h));
+    return h;
+  }
+
+  std::size_t depth() const { return layers_.size(); }
+  Linear<P>& layer(std::size_t i) { return *layers_.at(i); }
+
+ private:
+  template <class S>
+  Var<P, S> activate(const Var<P, S>& h) const {
+    switch (act_) {
+      case activation::relu: return relu(h);
+      case activation::gelu: return gelu(h);
+      case activation::tanh: return tanh(h);
+    }
+    return h;
+  }
+
+  activation act_;
+  std::vector<Linear<P>*> layers_;
+};
+
+}  // namespace precis::nn

@@ -1,0 +1,238 @@
+// The tape's semantics: misuse raises clear errors and leaves the tape usable; no_grad, detach,
+// retain_graph, gradient accumulation into parameters; value and gradient storage types per
+// policy; 16-bit activations take half the bytes; a steady-state training step performs no
+// heap allocation (counted by replacing the global operator new in this binary).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <precis/nn/nn.hpp>
+#include <precis/precis.hpp>
+#include <vector>
+
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+// Counting replacements of the global allocation functions (C++17 [new.delete]).
+void* operator new(std::size_t n) {
+  ++g_allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  ++g_allocations;
+  const auto al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (std::max<std::size_t>(n, 1) + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace precis;
+namespace pol = precis::policy;
+
+namespace {
+
+using P32 = pol::named<"32-true">;
+using PBF = pol::named<"bf16-mixed">;
+
+template <class S>
+Tensor<S> filled(Shape s, double lo, double hi, std::uint64_t seed) {
+  Tensor<S> t(s);
+  fill_uniform(t, lo, hi, seed);
+  return t;
+}
+
+template <class E, class F>
+void expect_throw_containing(F f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing \"" << needle << "\"";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tape, BackwardTwiceWithoutRetainThrowsAndRetainAccumulates) {
+  Tape<P32> t;
+  auto w = filled<float>({3}, -1, 1, 1);
+  Tensor<float> g(Shape{3});
+  auto x = t.param(w.view(), g.view());
+  auto loss = sum(mul(x, x));
+  t.backward(loss, 1.0, /*retain_graph=*/true);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(g.data()[i], 2 * w.data()[i]);
+  t.backward(loss);  // retained: runs again, and parameter gradients accumulate
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(g.data()[i], 4 * w.data()[i]);
+  expect_throw_containing<autodiff_error>([&] { t.backward(loss); }, "already differentiated");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(g.data()[i], 4 * w.data()[i]);  // untouched by the failed call
+}
+
+TEST(Tape, NonScalarNeedsASeedAndASeedGivesTheVectorJacobianProduct) {
+  Tape<P32> t;
+  auto w = filled<float>({2, 3}, -1, 1, 2);
+  Tensor<float> g(Shape{2, 3});
+  auto x = t.param(w.view(), g.view());
+  auto y = mul(x, x);
+  expect_throw_containing<shape_error>([&] { t.backward(y); }, "expected a single element");
+  auto seed = filled<float>({2, 3}, -1, 1, 3);
+  expect_throw_containing<shape_error>([&] { t.backward(y, Tensor<float>(Shape{3, 2})); }, "seed of shape [3, 2]");
+  t.backward(y, seed);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(g.data()[i], 2 * w.data()[i] * seed.data()[i]);
+}
+
+TEST(Tape, ShapeErrorsNameTheOpAndLeaveTheStepUsable) {
+  Tape<P32> t;
+  auto wa = filled<float>({2, 3}, -1, 1, 4);
+  Tensor<float> ga(Shape{2, 3});
+  auto a = t.param(wa.view(), ga.view());
+  auto b = t.input(filled<float>({4, 5}, -1, 1, 5));
+  auto loss = sum(a);
+  const auto nodes = t.nodes();
+  expect_throw_containing<shape_error>([&] { (void)matmul(a, b); }, "precis::matmul: A [2, 3] times B [4, 5]");
+  expect_throw_containing<shape_error>([&] { (void)add(a, b); }, "[2, 3]");
+  expect_throw_containing<shape_error>([&] { (void)linear(a, b); }, "precis::linear");
+  const std::vector<std::int64_t> bad{0, 3};
+  expect_throw_containing<invalid_argument>([&] { (void)cross_entropy(a, bad); }, "label 3 at row 1 is outside [0, 3)");
+  const std::vector<std::int64_t> short_labels{0};
+  expect_throw_containing<shape_error>([&] { (void)nll(a, short_labels); }, "1 labels for 2 rows");
+  expect_throw_containing<shape_error>([&] { (void)reshape(a, Shape{4}); }, "cannot view shape [2, 3]");
+  expect_throw_containing<shape_error>([&] { t.param(wa.view(), Tensor<float>(Shape{3}).view()); }, "gradient of shape [3]");
+  EXPECT_EQ(t.nodes(), nodes);  // nothing recorded by the failed calls
+  t.backward(loss);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ga.data()[i], 1.0f);
+}
+
+TEST(Tape, VarsFromAResetStepOrAnotherTapeAreRejected) {
+  Tape<P32> t, other;
+  auto x = t.input(filled<float>({3}, -1, 1, 6), true);
+  auto y = other.input(filled<float>({3}, -1, 1, 7), true);
+  expect_throw_containing<autodiff_error>([&] { (void)add(x, y); }, "another tape");
+  t.reset();
+  EXPECT_FALSE(x.valid());
+  expect_throw_containing<autodiff_error>([&] { (void)exp(x); }, "since been reset");
+  expect_throw_containing<autodiff_error>([&] { (void)x.value(); }, "since been reset");
+  expect_throw_containing<autodiff_error>([&] { t.backward(x); }, "since been reset");
+  Var<P32, float> empty;
+  expect_throw_containing<autodiff_error>([&] { (void)relu(empty); }, "empty");
+}
+
+TEST(Tape, NoGradRecordsNothingAndDetachStopsGradients) {
+  Tape<P32> t;
+  auto w = filled<float>({4}, 0.5, 1, 8);
+  Tensor<float> g(Shape{4});
+  auto x = t.param(w.view(), g.view());
+  {
+    auto guard = t.no_grad();
+    auto y = exp(x);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(t.nodes(), 0u);
+    expect_throw_containing<autodiff_error>([&] { t.backward(sum(y)); }, "does not depend");
+  }
+  EXPECT_TRUE(t.grad_enabled());
+  // loss = sum(x * detach(x)): the gradient is detach(x) = x, not 2x
+  auto loss = sum(mul(x, t.detach(x)));
+  t.backward(loss);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(g.data()[i], w.data()[i]);
+  expect_throw_containing<autodiff_error>([&] { (void)t.detach(x).grad(); }, "does not require a gradient");
+}
+
+TEST(Tape, ParameterGradientsAccumulateOverMicroBatchesUntilZeroed) {
+  nn::Linear<P32> layer(3, 2, 11);
+  const auto x = filled<float>({4, 3}, -1, 1, 12);
+  Tape<P32> t;
+  for (int step = 0; step < 2; ++step) {
+    t.backward(sum(layer(t.input(x))));
+    t.reset();
+  }
+  // d sum(x W^T + b) / db = batch size per step
+  for (int j = 0; j < 2; ++j) EXPECT_EQ(layer.bias()->grad.data()[j], 8.0f);
+  layer.zero_grad();
+  for (int j = 0; j < 2; ++j) EXPECT_EQ(layer.bias()->grad.data()[j], 0.0f);
+}
+
+TEST(Tape, ValuesAndGradientsUseThePolicysStorageTypes) {
+  Tape<PBF> t;
+  Tensor<bfloat16> w(Shape{3, 4}), gw(Shape{3, 4});
+  auto W = t.param(w.view(), gw.view());
+  auto x = t.input(filled<float>({2, 4}, -1, 1, 13));  // fp32 data
+  auto h = matmul(x, transpose(W));
+  static_assert(std::is_same_v<decltype(h), Var<PBF, bfloat16>>, "matmul is low-precision safe: bf16 output");
+  auto p = softmax(h, 1);
+  static_assert(std::is_same_v<decltype(p), Var<PBF, float>>, "softmax needs wide: fp32 output");
+  auto r = relu(h);
+  static_assert(std::is_same_v<decltype(r), Var<PBF, bfloat16>>, "relu is neutral: keeps bf16");
+  static_assert(std::is_same_v<decltype(x.grad()), TensorView<const float>>, "an fp32 value has an fp32 gradient");
+  static_assert(std::is_same_v<decltype(h.grad()), TensorView<const bfloat16>>, "bf16 activations have bf16 gradients");
+  static_assert(std::is_same_v<grad_storage_t<pol::fp8_mixed, float8_e4m3>, float8_e5m2>, "fp8: e5m2 gradients");
+  t.backward(sum(mul(p, p)));
+  EXPECT_EQ(h.grad().shape(), (Shape{2, 3}));
+}
+
+/// Bytes of arena an MLP forward pass takes under P, input already in P's parameter storage.
+template <class P>
+std::size_t forward_bytes(index_t batch) {
+  nn::MLP<P> net({256, 128, 128, 10}, nn::activation::relu, 1);
+  using S = typename P::param_type;
+  const auto x = filled<S>({batch, 256}, -1, 1, 14);
+  Tape<P> t;
+  (void)net(t.input(x));
+  return t.arena().bytes_in_use();
+}
+
+TEST(Tape, SixteenBitActivationsTakeHalfTheBytes) {
+  const double ratio = static_cast<double>(forward_bytes<PBF>(64)) / static_cast<double>(forward_bytes<P32>(64));
+  // every saved value is bf16 instead of fp32; 64-byte alignment of each block is the slack
+  EXPECT_NEAR(ratio, 0.5, 0.01) << forward_bytes<PBF>(64) << " vs " << forward_bytes<P32>(64);
+}
+
+/// Heap allocations of training steps 3 and 4 (forward, backward, in-place SGD) of an MLP.
+template <class P>
+long steady_state_allocations() {
+  nn::MLP<P> net({64, 32, 32, 10}, nn::activation::relu, 2);
+  const auto x = filled<float>({16, 64}, -1, 1, 15);
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
+  const auto params = net.parameters();
+  Tape<P> t;
+  long during = 0;
+  for (int step = 0; step < 5; ++step) {
+    const long before = g_allocations.load();
+    t.reset();
+    net.zero_grad();
+    auto loss = cross_entropy(net(t.input(x)), labels);
+    t.backward(loss);
+    for (auto* p : params) {
+      for (index_t i = 0; i < p->value.size(); ++i) {
+        p->value.data()[i] = static_cast<typename P::param_type>(float(p->value.data()[i]) - 0.01f * float(p->grad.data()[i]));
+      }
+    }
+    if (step >= 3) during += g_allocations.load() - before;
+  }
+  return during;
+}
+
+TEST(Tape, SteadyStateTrainingStepsAllocateNothing) {
+  EXPECT_EQ(steady_state_allocations<P32>(), 0);
+  EXPECT_EQ(steady_state_allocations<PBF>(), 0);
+  EXPECT_EQ(steady_state_allocations<pol::named<"16-mixed">>(), 0);
+  // the counter works: a Tensor (aligned new) and a vector (plain new) are counted
+  const long before = g_allocations.load();
+  Tensor<float> probe(Shape{16});
+  EXPECT_EQ(g_allocations.load(), before + 1);
+  std::vector<std::string> names(3);
+  names.emplace_back("a name longer than the small-string buffer");
+  EXPECT_GE(g_allocations.load(), before + 3);
+}
+
+}  // namespace
