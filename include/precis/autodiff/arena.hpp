@@ -54,13 +54,12 @@ class Arena {
   }
 
   /// Forgets every allocation. If the step spilled into more than one block, the blocks are
-  /// merged into one that holds the whole step, so the next step of that size fits.
+  /// replaced by one block of the largest step seen, so the next step of that size fits (and
+  /// the doubling growth of the first step is not kept).
   void reset() {
     if (blocks_.size() > 1) {
-      std::size_t total = 0;
-      for (const Block& b : blocks_) total += b.size;
       blocks_.clear();
-      add_block(std::max(total, peak_));
+      add_block(peak_);
     }
     for (Block& b : blocks_) b.used = 0;
     current_ = 0;

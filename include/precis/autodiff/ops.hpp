@@ -138,13 +138,22 @@ void gemm_into(Tape<P>& t, const TensorView<G>& c, const TensorView<SA, CA>& a, 
     detail::gemm_blocked<Acc>(m, n, k, Acc(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
                               b.strides()[1], add ? Acc(1) : Acc(0), c.data(), c.strides()[0], c.strides()[1], threads);
   } else {
-    const auto w = scratch<Acc>(t, Shape{m, n});
-    detail::gemm_blocked<Acc>(m, n, k, Acc(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
-                              b.strides()[1], Acc(0), w.data(), n, index_t{1}, threads);
-    if (add) {
-      accumulate<Acc>("precis::matmul", c, [](const Acc& v) { return v; }, TensorView<const Acc>(w));
-    } else {
-      Tape<P>::copy_into(TensorView<const Acc>(w), c);
+    // accumulate in Acc, round once into c: in row panels, so the Acc workspace stays at most
+    // ~128K elements (a 16-bit step keeps no fp32 copy of a whole weight gradient)
+    const index_t panel = std::max<index_t>(1, std::min<index_t>(m, (index_t{1} << 17) / std::max<index_t>(n, 1)));
+    const auto w = scratch<Acc>(t, Shape{panel, n});
+    for (index_t i0 = 0; i0 < m; i0 += panel) {
+      const index_t rows = std::min(panel, m - i0);
+      const TensorView<Acc> wv(w.data(), Shape{rows, n});
+      detail::gemm_blocked<Acc>(rows, n, k, Acc(1), a.data() + i0 * a.strides()[0], a.strides()[0], a.strides()[1], b.data(),
+                                b.strides()[0], b.strides()[1], Acc(0), wv.data(), n, index_t{1},
+                                detail::default_gemm_threads(rows, n, k));
+      const auto ci = c.slice(0, i0, i0 + rows);
+      if (add) {
+        accumulate<Acc>("precis::matmul", ci, [](const Acc& v) { return v; }, TensorView<const Acc>(wv));
+      } else {
+        Tape<P>::copy_into(TensorView<const Acc>(wv), ci);
+      }
     }
   }
 }
@@ -290,11 +299,18 @@ void linear_backward(Tape<P>& t, const node_t<P>& n) {
   const auto w = saved<L, SW>(t, n.aux[1], n.in[1]);
   if (t.slot(n.in[0]).requires_grad) gemm_into<Acc>(t, t.template grad_view<grad_t<P, SX>>(n.in[0]), g, w, true);
   if (t.slot(n.in[1]).requires_grad) gemm_into<Acc>(t, t.template grad_view<grad_t<P, SW>>(n.in[1]), g.transpose(), x, true);
-  if (n.iarg[0] != 0 && t.slot(n.in[2]).requires_grad) {  // the bias: column sums of g
-    const auto col = scratch<Acc>(t, Shape{g.shape()[1]});
-    detail::reduce_axis_into<Acc>("precis::linear", g, 0, col, [](const auto* p, index_t len, index_t st) {
-      return detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{});
-    });
+  if (n.iarg[0] != 0 && t.slot(n.in[2]).requires_grad) {  // the bias: column sums of g, row by row in Acc
+    const index_t rows = g.shape()[0], cols = g.shape()[1];
+    const auto col = scratch<Acc>(t, Shape{cols});
+    std::fill_n(col.data(), cols, Acc(0));
+    std::array<Acc, detail::chunk> buf;
+    for (index_t i = 0; i < rows; ++i) {
+      for (index_t c0 = 0; c0 < cols; c0 += detail::chunk) {
+        const index_t len = std::min(detail::chunk, cols - c0);
+        const Acc* v = detail::load_run<Acc>(g.data() + i * g.strides()[0] + c0 * g.strides()[1], len, g.strides()[1], buf.data());
+        for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
+      }
+    }
     accumulate<Acc>("precis::linear", t.template grad_view<grad_t<P, SB>>(n.in[2]), [](const Acc& v) { return v; },
                     TensorView<const Acc>(col));
   }

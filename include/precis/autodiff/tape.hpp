@@ -100,20 +100,22 @@ class Var {
   bool valid() const noexcept { return tape_ != nullptr && tape_->generation() == gen_; }
 
   void check(const char* op) const {
-    if (tape_ == nullptr) {
-      throw autodiff_error(std::string(op) + ": this Var is empty (default-constructed); expected a value recorded "
-                                             "on a tape");
-    }
-    if (tape_->generation() != gen_) {
-      throw autodiff_error(std::string(op) + ": this Var belongs to step " + std::to_string(gen_) +
-                           " of its tape, which has since been reset (now step " +
-                           std::to_string(tape_->generation()) + "); record it again in the current step");
-    }
+    if (tape_ == nullptr || tape_->generation() != gen_) [[unlikely]] fail(op);
   }
 
  private:
   friend class Tape<P>;
   Var(Tape<P>* t, std::uint32_t id, std::uint64_t gen) : tape_(t), id_(id), gen_(gen) {}
+
+  [[noreturn, gnu::cold, gnu::noinline]] void fail(const char* op) const {
+    if (tape_ == nullptr) {
+      throw autodiff_error(std::string(op) + ": this Var is empty (default-constructed); expected a value recorded "
+                                             "on a tape");
+    }
+    throw autodiff_error(std::string(op) + ": this Var belongs to step " + std::to_string(gen_) +
+                         " of its tape, which has since been reset (now step " +
+                         std::to_string(tape_->generation()) + "); record it again in the current step");
+  }
 
   Tape<P>* tape_ = nullptr;
   std::uint32_t id_ = 0;
@@ -137,6 +139,7 @@ class Tape {
     Shape strides;
     bool requires_grad = false;
     bool external_grad = false;  // a parameter's gradient lives in the caller's tensor
+    bool contiguous = false;     // strides are the row-major ones
   };
 
   /// One recorded op: its backward function, its output and operands, and what it saved.
@@ -172,7 +175,8 @@ class Tape {
                         grad.shape().str() + (grad.is_contiguous() ? "" : " (not contiguous)") +
                         "; expected a contiguous gradient of the value's shape");
     }
-    const std::uint32_t id = add_slot(const_cast<V*>(value.data()), value.shape(), value.strides(), true);
+    const std::uint32_t id = add_slot(const_cast<V*>(value.data()), value.shape(), value.strides(), true,
+                                      value.is_contiguous());
     slots_[id].grad = grad.data();
     slots_[id].external_grad = true;
     return Var<P, V>(this, id, gen_);
@@ -197,6 +201,18 @@ class Tape {
     copy_into(v, value_view<S>(out.id()));
     return out;
   }
+  /// An input read in place, without a copy: the caller's tensor must stay alive and unchanged
+  /// until the step is reset. For large batches whose copy would cost memory.
+  template <class S, class C>
+  Var<P, std::remove_const_t<S>> borrow(const TensorView<S, C>& x) {
+    using V = std::remove_const_t<S>;
+    return Var<P, V>(this, add_slot(const_cast<V*>(x.data()), x.shape(), x.strides(), false, x.is_contiguous()), gen_);
+  }
+  template <class S, class C>
+  Var<P, S> borrow(const Tensor<S, C>& x) {
+    return borrow(x.view());
+  }
+
   /// A tensor of `shape` filled with `value` (rounded once into S), not differentiated.
   template <class S>
   Var<P, S> full(const Shape& shape, double value) {
@@ -211,7 +227,7 @@ class Tape {
   Var<P, S> detach(const Var<P, S>& x) {
     check(x, "precis::detach");
     const Slot s = slots_[x.id()];
-    return Var<P, S>(this, add_slot(s.value, s.shape, s.strides, false), gen_);
+    return Var<P, S>(this, add_slot(s.value, s.shape, s.strides, false, s.contiguous), gen_);
   }
 
   // ---- gradient mode --------------------------------------------------------------------------
@@ -289,13 +305,13 @@ class Tape {
   Var<P, S> make(const Shape& shape, bool requires_grad) {
     detail::check_extents(shape, "precis::Tape::make");
     S* p = arena_.allocate_array<S>(static_cast<std::size_t>(shape.numel()));
-    return Var<P, S>(this, add_slot(p, shape, contiguous_strides(shape), requires_grad && grad_enabled_), gen_);
+    return Var<P, S>(this, add_slot(p, shape, contiguous_strides(shape), requires_grad && grad_enabled_, true), gen_);
   }
   /// A new value that is a view (shape, strides, element offset) of x's memory.
   template <class S>
   Var<P, S> make_view(const Var<P, S>& x, const TensorView<const S>& v) {
     return Var<P, S>(this, add_slot(const_cast<S*>(v.data()), v.shape(), v.strides(),
-                                    x.requires_grad() && grad_enabled_), gen_);
+                                    x.requires_grad() && grad_enabled_, v.is_contiguous()), gen_);
   }
   /// Appends a node (call only when the output requires a gradient).
   void record(const Node& n) { nodes_.push_back(n); }
@@ -316,7 +332,8 @@ class Tape {
       std::uninitialized_fill_n(g, n, G(0));
       s.grad = g;
     }
-    return TensorView<G>(static_cast<G*>(s.grad), s.shape);
+    return TensorView<G>(static_cast<G*>(s.grad), s.shape, s.contiguous ? s.strides : contiguous_strides(s.shape),
+                         typename TensorView<G>::unchecked{});
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
   Arena& arena() noexcept { return arena_; }
@@ -327,7 +344,7 @@ class Tape {
   template <class S>
   void check(const Var<P, S>& x, const char* op) const {
     x.check(op);
-    if (&x.tape() != this) {
+    if (&x.tape() != this) [[unlikely]] {
       throw autodiff_error(std::string(op) + ": this Var was recorded on another tape");
     }
   }
@@ -346,13 +363,8 @@ class Tape {
   }
 
  private:
-  std::uint32_t add_slot(void* value, const Shape& shape, const Shape& strides, bool requires_grad) {
-    Slot s;
-    s.value = value;
-    s.shape = shape;
-    s.strides = strides;
-    s.requires_grad = requires_grad;
-    slots_.push_back(s);
+  std::uint32_t add_slot(void* value, const Shape& shape, const Shape& strides, bool requires_grad, bool contiguous) {
+    slots_.push_back(Slot{value, nullptr, shape, strides, requires_grad, false, contiguous});
     return static_cast<std::uint32_t>(slots_.size() - 1);
   }
 

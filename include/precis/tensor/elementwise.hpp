@@ -130,43 +130,67 @@ void check_map(const char* op, const TensorView<OS, OC>& out, const TensorView<I
 template <class C, class F, class OS, class OC, class... IS, class... IC>
 void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorView<IS, IC>&... in) {
   static_assert(!std::is_const_v<OS>, "precis::map_into: the output view must be writable");
-  detail::check_map(op, out, in...);
   constexpr std::size_t N = sizeof...(IS) + 1;
+  const auto inputs = std::forward_as_tuple(in...);
+  // One 1-D run of `count` elements at offsets `off` with strides `st`, in chunks.
+  auto run = [&](const std::array<index_t, N>& off, index_t count, const std::array<index_t, N>& st) {
+    std::array<std::array<C, detail::chunk>, sizeof...(IS)> ibuf;
+    std::array<C, detail::chunk> obuf;
+    for (index_t c0 = 0; c0 < count; c0 += detail::chunk) {
+      const index_t n = std::min(detail::chunk, count - c0);
+      OS* dst = out.data() + off[0] + c0 * st[0];
+      C* o = obuf.data();
+      if constexpr (std::is_same_v<OS, C>) {
+        if (st[0] == 1) o = dst;
+      }
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
+            std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
+            ibuf[I].data())...};
+        if constexpr (requires { f.bulk(o, src[I]..., n); }) {
+          f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
+        } else {
+          for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+        }
+      }(std::make_index_sequence<sizeof...(IS)>{});
+      if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
+    }
+  };
+  const index_t total = out.size();
+  // Dense operands of one shape (the common case, and all of a small tensor's cost): one run,
+  // no broadcasting or stride bookkeeping.
+  if (out.is_contiguous() && ((in.shape() == out.shape() && in.is_contiguous()) && ...)) {
+    auto check_alias = [&](const auto& v) {
+      // dense and of one shape: the same start and element size means the same elements
+      const bool same = static_cast<const void*>(v.data()) == static_cast<const void*>(out.data()) &&
+                        sizeof(*v.data()) == sizeof(OS);
+      const auto* o0 = reinterpret_cast<const unsigned char*>(out.data());
+      const auto* v0 = reinterpret_cast<const unsigned char*>(v.data());
+      const auto n = static_cast<std::size_t>(total);
+      const bool overlap = total > 0 && std::less<>{}(o0, v0 + n * sizeof(*v.data())) && std::less<>{}(v0, o0 + n * sizeof(OS));
+      if (!same && overlap) {
+        detail::check_map(op, out, in...);  // throws, naming the overlapping operands
+      }
+    };
+    (check_alias(in), ...);
+    std::array<index_t, N> ones;
+    ones.fill(1);
+    detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15), [&](index_t begin, index_t end) {
+      std::array<index_t, N> off;
+      off.fill(begin);
+      run(off, end - begin, ones);
+    });
+    return;
+  }
+  detail::check_map(op, out, in...);
   detail::strided_loop<N> loop;
   loop.shape = out.shape();
   loop.strides[0] = out.strides();
   std::size_t k = 1;
   ((loop.strides[k++] = in.broadcast_to(out.shape()).strides()), ...);
   loop.coalesce();
-  const index_t total = out.size();
-  const auto inputs = std::forward_as_tuple(in...);
-  auto pieces = [&](index_t begin, index_t end) {
-    std::array<std::array<C, detail::chunk>, sizeof...(IS)> ibuf;
-    std::array<C, detail::chunk> obuf;
-    loop.run(begin, end, [&](const std::array<index_t, N>& off, index_t count,
-                             const std::array<index_t, N>& st) {
-      for (index_t c0 = 0; c0 < count; c0 += detail::chunk) {
-        const index_t n = std::min(detail::chunk, count - c0);
-        OS* dst = out.data() + off[0] + c0 * st[0];
-        C* o = obuf.data();
-        if constexpr (std::is_same_v<OS, C>) {
-          if (st[0] == 1) o = dst;
-        }
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-          const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
-              std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
-              ibuf[I].data())...};
-          if constexpr (requires { f.bulk(o, src[I]..., n); }) {
-            f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
-          } else {
-            for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
-          }
-        }(std::make_index_sequence<sizeof...(IS)>{});
-        if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
-      }
-    });
-  };
-  detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15), pieces);
+  detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15),
+                          [&](index_t begin, index_t end) { loop.run(begin, end, run); });
 }
 
 /// A new tensor holding f applied element-wise (with broadcasting) to the inputs.
