@@ -30,6 +30,7 @@ bench:
 	python3 bench/ratios.py --gemm build/bench/gemm.json
 	python3 bench/ratios.py --stream build/bench/elementwise.json
 	python3 bench/ratios.py --stream build/bench/reduce.json
+	python3 bench/ratios.py --tape build/bench/tape.json
 
 # The rounding-error and underflow suite: runs bench/numerics and regenerates docs/numerics.md
 # and its plots from the JSON.

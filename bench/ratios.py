@@ -7,6 +7,8 @@ same run.
   ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen and the measured FMA peak
                                      (later files override rows they re-measure)
   ratios.py --stream bench.json      element-wise / reduction GB/s vs memcpy of the same bytes
+  ratios.py --tape tape.json         tape per-op ns vs the engine, MLP step ms and % of the FMA
+                                     peak, step memory (bf16-mixed / 32-true)
 """
 import json
 import re
@@ -18,7 +20,7 @@ def medians(path, field):
     runs = json.load(open(path))["benchmarks"]
     med = {}
     for r in runs:
-        if r.get("aggregate_name") == "median":
+        if r.get("aggregate_name") == "median" and field in r:
             med[r["run_name"]] = r[field]
     if not med:  # single repetition
         for r in runs:
@@ -94,6 +96,35 @@ def gemm_table(paths):
         print(line)
 
 
+def tape_table(path):
+    peak = 102.4  # measured fp32 FMA peak per core (bench_gemm BM_peak_fma), GFLOP/s
+    ns = medians(path, "ns_per_op")
+    base = ns.get("engine_chain/float")
+    print("| chain | ns per op | vs engine map_into (forward only) |")
+    print("|---|---|---|")
+    for k, v in sorted(ns.items()):
+        print(f"| {k} | {v:.0f} | {v / base:.2f}x |" if base else f"| {k} | {v:.0f} | - |")
+    ms = medians(path, "ms_per_step")
+    gf = medians(path, "GFLOP/s")
+    print()
+    print("| step | ms | GFLOP/s | % of peak |")
+    print("|---|---|---|---|")
+    for k, v in sorted(ms.items()):
+        threads = int(re.search(r"threads:(\d+)", k).group(1))
+        print(f"| {k} | {v:.2f} | {gf[k]:.1f} | {100 * gf[k] / (peak * threads):.0f}% |")
+    mem = medians(path, "peak_MB")
+    tape = medians(path, "tape_MB")
+    print()
+    print("| memory, batch 512 | peak MB | tape MB |")
+    print("|---|---|---|")
+    for k in sorted(mem):
+        print(f"| {k} | {mem[k]:.2f} | {tape[k]:.2f} |")
+    a = [k for k in mem if "bf16-mixed" in k]
+    b = [k for k in mem if "32-true" in k]
+    if a and b:
+        print(f"| ratio | {mem[a[0]] / mem[b[0]]:.2f} | {tape[a[0]] / tape[b[0]]:.2f} |")
+
+
 def stream_table(path):
     med = medians(path, "bytes_per_second")
     memcpy = {int(n.split("/")[1]): v for n, v in med.items() if n.startswith("BM_memcpy/")}
@@ -120,7 +151,9 @@ def stream_table(path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--gemm":
+    if sys.argv[1] == "--tape":
+        tape_table(sys.argv[2])
+    elif sys.argv[1] == "--gemm":
         gemm_table(sys.argv[2:])
     elif sys.argv[1] == "--stream":
         stream_table(sys.argv[2])

@@ -89,20 +89,20 @@ struct gradcheck_result {
 
 namespace detail::ad {
 
-/// max |a - b| / max |b| (max |a| when b is zero).
-inline double normwise_error(const Tensor<double>& a, const Tensor<double>& b) {
-  double num = 0, den = 0;
+/// max |a - b| / max |b| (max |a| when b is zero), evaluated in gradcheck_real.
+inline double normwise_error(const Tensor<gradcheck_real>& a, const Tensor<gradcheck_real>& b) {
+  gradcheck_real num = 0, den = 0;
   for (index_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(a.data()[i] - b.data()[i]));
-    den = std::max(den, std::abs(b.data()[i]));
+    num = std::max(num, gradcheck_real(abs(a.data()[i] - b.data()[i])));
+    den = std::max(den, gradcheck_real(abs(b.data()[i])));
   }
-  return den > 0 ? num / den : num;
+  return static_cast<double>(den > 0 ? gradcheck_real(num / den) : num);
 }
 
 /// The loss and the gradient with respect to every parameter, on a Tape<Q>, at `at` (R: the
 /// type of the point, double or gradcheck_real, exactly representable in Q's parameter type).
 template <class Q, class F, class R>
-gradcheck_real loss_and_gradients(F& f, const std::vector<Tensor<R>>& at, std::vector<Tensor<double>>* grads) {
+gradcheck_real loss_and_gradients(F& f, const std::vector<Tensor<R>>& at, std::vector<Tensor<gradcheck_real>>* grads) {
   using S = typename Q::param_type;
   using G = grad_storage_t<Q, S>;
   std::vector<Tensor<S>> values;
@@ -124,8 +124,8 @@ gradcheck_real loss_and_gradients(F& f, const std::vector<Tensor<R>>& at, std::v
     tape.backward(loss);
     grads->clear();
     for (const auto& gi : g) {
-      auto d = Tensor<double>::uninitialized(gi.shape());
-      for (index_t i = 0; i < gi.size(); ++i) d.data()[i] = detail::load<double>(detail::load<default_compute_t<G>>(gi.data()[i]));
+      Tensor<gradcheck_real> d(gi.shape());
+      for (index_t i = 0; i < gi.size(); ++i) d.data()[i] = gradcheck_real(detail::load<default_compute_t<G>>(gi.data()[i]));
       grads->push_back(std::move(d));
     }
   }
@@ -134,22 +134,22 @@ gradcheck_real loss_and_gradients(F& f, const std::vector<Tensor<R>>& at, std::v
 
 /// Central differences of the loss on a Tape<Q> at `point`, with steps h_i = step * max(1, |x_i|).
 template <class Q, class F, class R>
-std::vector<Tensor<double>> central_differences(F& f, const std::vector<Tensor<R>>& point, const R& step) {
-  std::vector<Tensor<double>> out;
+std::vector<Tensor<gradcheck_real>> central_differences(F& f, const std::vector<Tensor<R>>& point, const R& step) {
+  std::vector<Tensor<gradcheck_real>> out;
   auto shifted = point;
   for (std::size_t k = 0; k < point.size(); ++k) {
-    auto fd = Tensor<double>::uninitialized(point[k].shape());
+    Tensor<gradcheck_real> fd(point[k].shape());
     for (index_t i = 0; i < point[k].size(); ++i) {
       using std::abs;
       const R x0 = point[k].data()[i];
       const R h = step * (abs(x0) > R(1) ? R(abs(x0)) : R(1));
       shifted[k].data()[i] = x0 + h;
-      const gradcheck_real up = loss_and_gradients<Q>(f, shifted, static_cast<std::vector<Tensor<double>>*>(nullptr));
+      const gradcheck_real up = loss_and_gradients<Q>(f, shifted, static_cast<std::vector<Tensor<gradcheck_real>>*>(nullptr));
       shifted[k].data()[i] = x0 - h;
-      const gradcheck_real down = loss_and_gradients<Q>(f, shifted, static_cast<std::vector<Tensor<double>>*>(nullptr));
+      const gradcheck_real down = loss_and_gradients<Q>(f, shifted, static_cast<std::vector<Tensor<gradcheck_real>>*>(nullptr));
       shifted[k].data()[i] = x0;
       // the step actually taken: (x0 + h) - (x0 - h) is exact in R for these h
-      fd.data()[i] = static_cast<double>((up - down) / gradcheck_real(R(2) * h));
+      fd.data()[i] = (up - down) / gradcheck_real(R(2) * h);
     }
     out.push_back(std::move(fd));
   }
@@ -175,7 +175,7 @@ gradcheck_result gradcheck(F&& f, const std::vector<Tensor<double>>& at, const g
   gradcheck_result r;
   r.policy = P::name();
   r.tolerance = gradient_tolerance<P>(opt.ops, opt.conditioning);
-  std::vector<Tensor<double>> g, ref;
+  std::vector<Tensor<gradcheck_real>> g, ref;
   r.loss = static_cast<double>(detail::ad::loss_and_gradients<P>(f, point, &g));
   using exact = policy::true_<gradcheck_real>;
   detail::ad::loss_and_gradients<exact>(f, point, &ref);

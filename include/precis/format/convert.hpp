@@ -83,12 +83,14 @@ std::size_t encode_avx2(const float* src, Bits* dst, std::size_t n, rounding mod
 template <class From, class To>
 void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, overflow ov) {
   std::size_t done = 0;
+  bool simd = false;  // a vector kernel handled the bulk
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<From, float> && is_bit_format_v<To> && !std::is_same_v<To, float>) {
     using bf = bit_format<To>;
     if constexpr (avx2_encodable(bf::lay) && sizeof(To) == sizeof(typename bf::bits_type)) {
       if (cpu_has_avx2_f16c()) {
         done = encode_avx2<bf::lay>(src, reinterpret_cast<typename bf::bits_type*>(dst), n, mode, ov);
+        simd = true;
       }
     }
   } else if constexpr (std::is_same_v<To, float> && is_bit_format_v<From> &&
@@ -98,7 +100,20 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
       if (cpu_has_avx2_f16c()) {
         done = decode_to_float_avx2<bf::lay>(reinterpret_cast<const typename bf::bits_type*>(src),
                                              dst, n);
+        simd = true;
       }
+    }
+  }
+  // a short tail (fewer than 8 elements, or a short run such as a GEMM micro-panel) through the
+  // same kernel via a padded buffer: bit-identical to the scalar path, and faster
+  if constexpr ((std::is_same_v<From, float> && is_bit_format_v<To>) || (std::is_same_v<To, float> && is_bit_format_v<From>)) {
+    if (simd && n > done && n - done < 8) {
+      From in[8]{};
+      To out[8];
+      std::copy_n(src + done, n - done, in);
+      convert_dispatch(in, out, 8, mode, ov);
+      std::copy_n(out, n - done, dst + done);
+      return;
     }
   }
 #endif
