@@ -119,10 +119,9 @@ def tape_table(path):
     print("|---|---|---|")
     for k in sorted(mem):
         print(f"| {k} | {mem[k]:.2f} | {tape[k]:.2f} |")
-    a = [k for k in mem if "bf16-mixed" in k]
     b = [k for k in mem if "32-true" in k]
-    if a and b:
-        print(f"| ratio | {mem[a[0]] / mem[b[0]]:.2f} | {tape[a[0]] / tape[b[0]]:.2f} |")
+    for a in (k for k in sorted(mem) if "bf16-mixed" in k and b):
+        print(f"| {a.split('/')[1]} / 32-true | {mem[a] / mem[b[0]]:.2f} | {tape[a] / tape[b[0]]:.2f} |")
 
 
 def stream_table(path):

@@ -121,7 +121,7 @@ void engine_chain(benchmark::State& state) {
 /// A model, its data and (for mixed policies) fp32 master weights.
 constexpr index_t update_chunk = 16384;
 
-template <class P>
+template <class P, class Data = float>
 struct trainer {
   using S = typename P::param_type;
   static constexpr bool has_masters = !std::is_same_v<S, typename P::master_type>;
@@ -129,7 +129,7 @@ struct trainer {
   std::vector<typename nn::Module<P>::parameter*> params = net.parameters();
   std::vector<Tensor<typename P::master_type>> masters;
   Tensor<float> grad_f32;  // a gradient widened for the master update (largest parameter)
-  Tensor<float> x;
+  Tensor<Data> x;
   std::vector<std::int64_t> labels;
   Tape<P> tape;
 
@@ -196,17 +196,18 @@ void mlp_step(benchmark::State& state) {
 
 /// Peak live heap bytes during a steady-state step (after two warm-up steps): parameters,
 /// gradients, masters, the tape's memory; the batch itself is the caller's and not counted.
-/// tape_MB: the tape's arenas (activations, their gradients, workspaces).
-template <class P>
+/// tape_MB: the tape's arenas (activations, their gradients, workspaces). Data: the batch's
+/// storage (fp32, or the policy's activation type, as a 16-bit data pipeline would deliver it).
+template <class P, class Data = float>
 void mlp_memory(benchmark::State& state) {
   const index_t batch = state.range(0);
   set_threads(1);
   for (auto _ : state) {
     state.PauseTiming();
-    trainer<P> tr(batch);
+    trainer<P, Data> tr(batch);
     tr.step(0.01f);
     tr.step(0.01f);
-    const std::size_t data = static_cast<std::size_t>(tr.x.size()) * sizeof(float) + tr.labels.size() * sizeof(std::int64_t);
+    const std::size_t data = static_cast<std::size_t>(tr.x.size()) * sizeof(Data) + tr.labels.size() * sizeof(std::int64_t);
     g_peak.store(g_live.load());
     tr.step(0.01f);
     state.counters["peak_MB"] = static_cast<double>(g_peak.load() - data) / 1e6;
@@ -231,6 +232,8 @@ const int registered = [] {
   benchmark::RegisterBenchmark("mlp_memory/32-true", mlp_memory<pol::named<"32-true">>)
       ->Arg(512)->ArgNames({"batch"})->Iterations(1)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("mlp_memory/bf16-mixed", mlp_memory<pol::named<"bf16-mixed">>)
+      ->Arg(512)->ArgNames({"batch"})->Iterations(1)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("mlp_memory/bf16-mixed-bf16-data", mlp_memory<pol::named<"bf16-mixed">, bfloat16>)
       ->Arg(512)->ArgNames({"batch"})->Iterations(1)->Unit(benchmark::kMillisecond);
   return 0;
 }();
