@@ -1,0 +1,250 @@
+// precis::optim::MixedPrecisionOptimizer: an optimizer rule (SGD, Adam, AdamW) over a module's
+// parameters under policy P, with a loss scaler.
+//
+//   optim::MixedPrecisionOptimizer opt(net, optim::AdamW{}, optim::DynamicLossScaler{});
+//   opt.backward(tape, loss);            // backward seeded with the loss scale
+//   opt.unscale();                       // optional: one fused pass, finite check + norm
+//   opt.clip_grad_norm(1.0);             // optional: on the unscaled gradients
+//   bool stepped = opt.step();           // skipped (false) when a gradient was inf/NaN
+//   opt.zero_grad();
+//
+// Parameters stored narrower than P's master type (bf16/fp16 under the "-mixed" policies) get a
+// master copy in the master type (fp32); the rule updates the master and the parameter receives
+// the master rounded once to nearest. Parameters stored in the master type itself (the "-true"
+// policies) are updated in place, rounded to nearest, stochastically, or with a Kahan
+// compensation term, so that updates smaller than half an ulp are not lost.
+//
+// Gradients are never unscaled in their own (16-bit) storage, where small values would flush to
+// zero: the unscale pass only reads them (finite check and squared norm, in double), and the
+// update multiplies each gradient by 1 / (scale x accumulation steps) x clip factor in the
+// master arithmetic as it reads it.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "precis/format/random.hpp"
+#include "precis/format/round_to.hpp"
+#include "precis/nn/nn.hpp"
+#include "precis/optim/optimizers.hpp"
+#include "precis/optim/scaler.hpp"
+
+namespace precis::optim {
+
+/// How a parameter without a master copy receives its updated value.
+enum class update_rounding {
+  nearest,     // round to nearest even (updates below half an ulp are lost)
+  stochastic,  // unbiased stochastic rounding (Connolly, Higham & Mary 2021)
+  kahan        // keep the rounding error in a compensation tensor and add it back next step
+};
+
+template <class P, class Rule, loss_scaler Scaler = DynamicLossScaler>
+class MixedPrecisionOptimizer {
+ public:
+  using param_type = typename P::param_type;
+  using grad_type = grad_storage_t<P, param_type>;
+  using master_type = typename P::master_type;
+  using compute_type = default_compute_t<master_type>;
+  using parameter = nn::Parameter<param_type, grad_type>;
+  static constexpr bool has_masters = !std::is_same_v<param_type, master_type>;
+
+  struct options {
+    update_rounding rounding = update_rounding::nearest;  // for parameters without masters
+    std::uint64_t seed = 0x5eed;                          // for stochastic rounding
+    std::int64_t accumulation_steps = 1;                  // micro-batches per step
+  };
+
+  MixedPrecisionOptimizer(nn::Module<P>& module, Rule rule, Scaler scaler = Scaler{}, options o = {})
+      : rule_(std::move(rule)), scaler_(std::move(scaler)), o_(o), rng_(o.seed) {
+    rule_.validate();
+    if (o_.accumulation_steps < 1) {
+      throw invalid_argument("precis::optim::MixedPrecisionOptimizer: accumulation_steps = " +
+                             std::to_string(o_.accumulation_steps) + "; expected >= 1");
+    }
+    for (parameter* p : module.parameters()) {
+      slot s;
+      s.p = p;
+      if constexpr (has_masters) {
+        s.master = Tensor<master_type>(p->value.shape());
+        for (index_t i = 0; i < p->value.size(); ++i) {
+          s.master.data()[i] = detail::store<master_type>(detail::load<compute_type>(p->value.data()[i]));
+        }
+      } else if (o_.rounding == update_rounding::kahan) {
+        s.compensation = Tensor<param_type>(p->value.shape());
+      }
+      for (int k = 0; k < rule_.state_arrays(); ++k) s.state[static_cast<std::size_t>(k)] = Tensor<master_type>(p->value.shape());
+      slots_.push_back(std::move(s));
+    }
+  }
+
+  /// The factor to seed backward with.
+  double loss_scale() const { return scaler_.scale(); }
+  /// tape.backward(loss, loss_scale()).
+  template <class T, class S>
+  void backward(T& tape, const Var<P, S>& loss) {
+    tape.backward(loss, loss_scale());
+  }
+
+  /// One read-only pass over every gradient: are they all finite, and what is the norm of the
+  /// unscaled gradients. Idempotent until the next step(). Returns the norm (inf or NaN when a
+  /// gradient is not finite).
+  double unscale() {
+    if (unscaled_) return grad_norm_;
+    const double inv = inverse_scale();
+    double ssq = 0;
+    bool finite = true;
+    std::array<float, detail::chunk> buf;
+    for (const slot& s : slots_) {
+      const grad_type* g = s.p->grad.data();
+      const index_t n = s.p->grad.size();
+      for (index_t c0 = 0; c0 < n; c0 += detail::chunk) {
+        const index_t len = std::min(detail::chunk, n - c0);
+        double part = 0;
+        if constexpr (std::is_same_v<compute_type, float>) {
+          // widened in bulk, squared and summed in double: no finite float overflows there
+          const float* v = detail::load_run<float>(g + c0, len, 1, buf.data());
+          for (index_t i = 0; i < len; ++i) part += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+        } else {
+          for (index_t i = 0; i < len; ++i) {
+            const double v = static_cast<double>(detail::load<compute_type>(g[c0 + i]));
+            part += v * v;
+          }
+        }
+        finite = finite && std::isfinite(part);
+        ssq += part;
+      }
+    }
+    found_inf_ = !finite;
+    grad_norm_ = finite ? std::sqrt(ssq) * inv : std::numeric_limits<double>::infinity();
+    unscaled_ = true;
+    clip_ = 1;
+    return grad_norm_;
+  }
+
+  /// Scales the update so the unscaled gradients' global norm is at most max_norm
+  /// (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+  double clip_grad_norm(double max_norm) {
+    if (!(max_norm > 0)) {
+      throw invalid_argument("precis::optim::MixedPrecisionOptimizer::clip_grad_norm: max_norm = " + std::to_string(max_norm) +
+                             "; expected > 0");
+    }
+    const double norm = unscale();
+    if (std::isfinite(norm) && norm > max_norm) clip_ = max_norm / (norm + 1e-6);
+    return norm;
+  }
+
+  /// Unscales (if not done), asks the scaler, and applies the rule unless a gradient was not
+  /// finite. Returns whether the parameters were updated.
+  bool step() {
+    unscale();
+    const bool apply = scaler_.update(found_inf_);
+    if (apply) {
+      ++steps_;
+      const auto ctx = rule_.prepare(steps_);
+      const auto factor = static_cast<compute_type>(inverse_scale() * clip_);
+      for (slot& s : slots_) apply_rule(s, ctx, factor);
+    }
+    unscaled_ = false;
+    return apply;
+  }
+
+  /// Zeroes every parameter's gradient.
+  void zero_grad() {
+    for (slot& s : slots_) std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+  }
+
+  Scaler& scaler() noexcept { return scaler_; }
+  const Scaler& scaler() const noexcept { return scaler_; }
+  Rule& rule() noexcept { return rule_; }
+  std::int64_t steps_taken() const noexcept { return steps_; }
+  bool found_inf() const noexcept { return found_inf_; }
+  /// The master copy of parameter i (the parameter itself when there are no masters).
+  TensorView<const master_type> master(std::size_t i) const {
+    const slot& s = slots_.at(i);
+    if constexpr (has_masters) return s.master.view();
+    else return s.p->value.view();
+  }
+
+ private:
+  struct slot {
+    parameter* p = nullptr;
+    Tensor<master_type> master;
+    std::array<Tensor<master_type>, 2> state;
+    Tensor<param_type> compensation;
+  };
+
+  double inverse_scale() const { return 1.0 / (scaler_.scale() * static_cast<double>(o_.accumulation_steps)); }
+
+  template <class Ctx>
+  void apply_rule(slot& s, const Ctx& ctx, compute_type factor) {
+    using T = compute_type;
+    const index_t n = s.p->value.size();
+    const int k = rule_.state_arrays();
+    param_type* w = s.p->value.data();
+    const grad_type* g = s.p->grad.data();
+    for (index_t i = 0; i < n; ++i) {
+      std::array<T, 2> st{};
+      for (int j = 0; j < k; ++j) st[static_cast<std::size_t>(j)] = detail::load<T>(s.state[static_cast<std::size_t>(j)].data()[i]);
+      const T gi = T(detail::load<T>(detail::load<default_compute_t<grad_type>>(g[i])) * factor);
+      if constexpr (has_masters) {
+        master_type& m = s.master.data()[i];
+        const T updated = rule_.update(detail::load<T>(m), gi, st.data(), ctx);
+        m = detail::store<master_type>(updated);
+        w[i] = detail::store<param_type>(detail::load<default_compute_t<master_type>>(m));
+      } else {
+        const T old = detail::load<T>(w[i]);
+        const T updated = rule_.update(old, gi, st.data(), ctx);
+        w[i] = store_update(s, i, old, updated);
+      }
+      for (int j = 0; j < k; ++j) s.state[static_cast<std::size_t>(j)].data()[i] = detail::store<master_type>(st[static_cast<std::size_t>(j)]);
+    }
+  }
+
+  /// The new value of a parameter without a master, under the chosen rounding.
+  param_type store_update(slot& s, index_t i, compute_type old, compute_type updated) {
+    using T = compute_type;
+    switch (o_.rounding) {
+      case update_rounding::nearest: return detail::store<param_type>(updated);
+      case update_rounding::stochastic:
+        if constexpr (std::is_same_v<param_type, T>) {
+          return updated;  // already the parameter's own arithmetic: nothing to round
+        } else {
+          return round_to<param_type>(updated, rounding::stochastic, detail::storage_overflow<param_type>, rng_);
+        }
+      case update_rounding::kahan: {
+        // Kahan's compensated summation of the updates (Higham 2002, alg. 4.2), with the sum and
+        // the compensation both stored in the parameter's format
+        param_type& c = s.compensation.data()[i];
+        const T y = T(T(updated - old) - detail::load<T>(c));
+        const param_type t = detail::store<param_type>(T(old + y));
+        c = detail::store<param_type>(T(T(detail::load<T>(t) - old) - y));
+        return t;
+      }
+    }
+    return detail::store<param_type>(updated);
+  }
+
+  Rule rule_;
+  Scaler scaler_;
+  options o_;
+  xoshiro256pp rng_;
+  std::vector<slot> slots_;
+  std::int64_t steps_ = 0;
+  bool unscaled_ = false;
+  bool found_inf_ = false;
+  double grad_norm_ = 0;
+  double clip_ = 1;
+};
+
+template <class P, class Rule, class Scaler>
+MixedPrecisionOptimizer(nn::Module<P>&, Rule, Scaler) -> MixedPrecisionOptimizer<P, Rule, Scaler>;
+template <class P, class Rule>
+MixedPrecisionOptimizer(nn::Module<P>&, Rule) -> MixedPrecisionOptimizer<P, Rule, DynamicLossScaler>;
+template <class P, class Rule, class Scaler, class Options>
+MixedPrecisionOptimizer(nn::Module<P>&, Rule, Scaler, Options) -> MixedPrecisionOptimizer<P, Rule, Scaler>;
+
+}  // namespace precis::optim

@@ -1,0 +1,183 @@
+// Loss scalers: what a step's loss is multiplied by before backward, and what happens to the
+// scale after the step's gradients were found finite or not.
+//
+// DynamicLossScaler follows torch.cuda.amp.GradScaler's defaults and update rule exactly
+// (torch/csrc/.../AmpKernels: _amp_update_scale_):
+//   non-finite gradients: scale *= backoff_factor, growth tracker = 0, step skipped;
+//   finite gradients:     tracker += 1; when it reaches growth_interval, scale *= growth_factor
+//                         if the result is finite (otherwise the scale stays), tracker = 0.
+// Options beyond GradScaler, all off by default: a floor and a ceiling on the scale (with a
+// diagnostic each time the floor stops a backoff), hysteresis (back off only after k
+// consecutive overflows; every overflowing step is still skipped), and a callback on every
+// skipped step.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "precis/error.hpp"
+
+namespace precis::optim {
+
+/// What a scaler's update saw and decided, for callbacks and logs.
+struct scaler_event {
+  std::int64_t step = 0;      // updates so far, this one included
+  double scale_before = 0;
+  double scale_after = 0;
+  bool skipped = false;       // the step's update was not applied
+  bool hit_floor = false;     // a backoff was stopped by min_scale
+};
+
+/// The state a checkpoint stores.
+struct scaler_state {
+  double scale = 1;
+  std::int64_t growth_tracker = 0;
+  std::int64_t hysteresis_left = 1;
+  std::int64_t steps = 0;
+  std::int64_t skipped = 0;
+  std::int64_t floor_hits = 0;
+};
+
+/// What every scaler offers: the current scale, and the update after a step, which returns
+/// whether the step's update should be applied.
+template <class S>
+concept loss_scaler = requires(S s, const S cs, bool found_inf, const scaler_state& st) {
+  { cs.scale() } -> std::convertible_to<double>;
+  { s.update(found_inf) } -> std::same_as<bool>;
+  { cs.state() } -> std::same_as<scaler_state>;
+  s.load_state(st);
+};
+
+class DynamicLossScaler {
+ public:
+  struct options {
+    double init_scale = 65536.0;  // 2^16
+    double growth_factor = 2.0;
+    double backoff_factor = 0.5;
+    std::int64_t growth_interval = 2000;
+    double min_scale = 0;  // 0: no floor
+    double max_scale = std::numeric_limits<double>::infinity();
+    std::int64_t hysteresis = 1;  // overflows in a row before a backoff (1: GradScaler's rule)
+    std::function<void(const scaler_event&)> on_skip;   // called on every skipped step
+    std::function<void(const scaler_event&)> on_floor;  // called when min_scale stops a backoff
+  };
+
+  DynamicLossScaler() : DynamicLossScaler(options{}) {}
+  explicit DynamicLossScaler(options o) : o_(std::move(o)) {
+    const auto bad = [](const std::string& what) {
+      throw invalid_argument("precis::optim::DynamicLossScaler: " + what);
+    };
+    if (!(o_.init_scale > 0) || !std::isfinite(o_.init_scale)) bad("init_scale = " + std::to_string(o_.init_scale) + "; expected finite and > 0");
+    if (!(o_.growth_factor > 1)) bad("growth_factor = " + std::to_string(o_.growth_factor) + "; expected > 1");
+    if (!(o_.backoff_factor > 0 && o_.backoff_factor < 1)) bad("backoff_factor = " + std::to_string(o_.backoff_factor) + "; expected in (0, 1)");
+    if (o_.growth_interval < 1) bad("growth_interval = " + std::to_string(o_.growth_interval) + "; expected >= 1");
+    if (o_.hysteresis < 1) bad("hysteresis = " + std::to_string(o_.hysteresis) + "; expected >= 1");
+    if (!(o_.min_scale >= 0) || !(o_.max_scale >= o_.min_scale) || !(o_.init_scale >= o_.min_scale) || !(o_.init_scale <= o_.max_scale)) {
+      bad("min_scale = " + std::to_string(o_.min_scale) + ", max_scale = " + std::to_string(o_.max_scale) +
+          ", init_scale = " + std::to_string(o_.init_scale) + "; expected 0 <= min_scale <= init_scale <= max_scale");
+    }
+    s_.scale = o_.init_scale;
+    s_.hysteresis_left = o_.hysteresis;
+  }
+
+  double scale() const noexcept { return s_.scale; }
+  std::int64_t growth_tracker() const noexcept { return s_.growth_tracker; }
+  std::int64_t skipped_steps() const noexcept { return s_.skipped; }
+  std::int64_t floor_hits() const noexcept { return s_.floor_hits; }
+  const options& settings() const noexcept { return o_; }
+
+  /// After a step whose gradients were (found_inf) or were not all finite; returns whether the
+  /// step's update is applied.
+  bool update(bool found_inf) {
+    scaler_event e;
+    e.step = ++s_.steps;
+    e.scale_before = s_.scale;
+    if (found_inf) {
+      ++s_.skipped;
+      s_.growth_tracker = 0;
+      if (--s_.hysteresis_left <= 0) {
+        s_.hysteresis_left = o_.hysteresis;
+        const double backed = s_.scale * o_.backoff_factor;
+        if (backed < o_.min_scale) {
+          s_.scale = o_.min_scale;
+          e.hit_floor = true;
+          ++s_.floor_hits;
+        } else {
+          s_.scale = backed;
+        }
+      }
+      e.skipped = true;
+    } else {
+      s_.hysteresis_left = o_.hysteresis;  // "consecutive" overflows: a clean step resets the count
+      const std::int64_t successful = s_.growth_tracker + 1;
+      if (successful == o_.growth_interval) {
+        const double grown = s_.scale * o_.growth_factor;
+        if (std::isfinite(grown)) s_.scale = std::min(grown, o_.max_scale);
+        s_.growth_tracker = 0;
+      } else {
+        s_.growth_tracker = successful;
+      }
+    }
+    e.scale_after = s_.scale;
+    if (e.skipped && o_.on_skip) o_.on_skip(e);
+    if (e.hit_floor && o_.on_floor) o_.on_floor(e);
+    return !found_inf;
+  }
+
+  scaler_state state() const { return s_; }
+  void load_state(const scaler_state& st) {
+    if (!(st.scale > 0) || !std::isfinite(st.scale) || st.growth_tracker < 0 || st.growth_tracker >= o_.growth_interval ||
+        st.hysteresis_left < 1 || st.hysteresis_left > o_.hysteresis || st.steps < 0 || st.skipped < 0 || st.skipped > st.steps) {
+      throw invalid_argument("precis::optim::DynamicLossScaler::load_state: scale " + std::to_string(st.scale) + ", tracker " +
+                             std::to_string(st.growth_tracker) + ", hysteresis " + std::to_string(st.hysteresis_left) +
+                             " is not a state this scaler's options can reach");
+    }
+    s_ = st;
+  }
+
+ private:
+  options o_;
+  scaler_state s_;
+};
+
+/// A constant scale; steps with non-finite gradients are skipped (the weights stay finite).
+class StaticLossScaler {
+ public:
+  explicit StaticLossScaler(double scale) {
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      throw invalid_argument("precis::optim::StaticLossScaler: scale = " + std::to_string(scale) + "; expected finite and > 0");
+    }
+    s_.scale = scale;
+  }
+  double scale() const noexcept { return s_.scale; }
+  bool update(bool found_inf) {
+    ++s_.steps;
+    if (found_inf) ++s_.skipped;
+    return !found_inf;
+  }
+  std::int64_t skipped_steps() const noexcept { return s_.skipped; }
+  scaler_state state() const { return s_; }
+  void load_state(const scaler_state& st) {
+    if (st.scale != s_.scale) {
+      throw invalid_argument("precis::optim::StaticLossScaler::load_state: scale " + std::to_string(st.scale) +
+                             " differs from this scaler's " + std::to_string(s_.scale));
+    }
+    s_ = st;
+  }
+
+ private:
+  scaler_state s_;
+};
+
+/// No scaling (scale 1); steps with non-finite gradients are still skipped.
+class NoLossScaler : public StaticLossScaler {
+ public:
+  NoLossScaler() : StaticLossScaler(1.0) {}
+};
+
+static_assert(loss_scaler<DynamicLossScaler> && loss_scaler<StaticLossScaler> && loss_scaler<NoLossScaler>);
+
+}  // namespace precis::optim
