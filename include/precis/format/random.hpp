@@ -4,6 +4,7 @@
 // output is specified bit for bit, so results are reproducible across compilers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 
@@ -40,6 +41,12 @@ class xoshiro256pp {
     s_[2] ^= t;
     s_[3] = rotl(s_[3], 45);
     return result;
+  }
+
+  /// The 256-bit state, for checkpoints; set_state(state()) resumes the same stream.
+  constexpr std::array<std::uint64_t, 4> state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
+  constexpr void set_state(const std::array<std::uint64_t, 4>& s) noexcept {
+    for (std::size_t i = 0; i < 4; ++i) s_[i] = s[i];
   }
 
   /// Advances the state by 2^128 draws: gives non-overlapping streams for parallel work.

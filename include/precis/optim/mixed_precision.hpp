@@ -30,6 +30,7 @@
 #include "precis/format/random.hpp"
 #include "precis/format/round_to.hpp"
 #include "precis/nn/nn.hpp"
+#include "precis/optim/checkpoint.hpp"
 #include "precis/optim/optimizers.hpp"
 #include "precis/optim/scaler.hpp"
 
@@ -65,13 +66,14 @@ class MixedPrecisionOptimizer {
       throw invalid_argument("precis::optim::MixedPrecisionOptimizer: accumulation_steps = " +
                              std::to_string(o_.accumulation_steps) + "; expected >= 1");
     }
-    for (parameter* p : module.parameters()) {
+    for (auto& [name, p] : module.named_parameters()) {
       slot s;
+      s.name = name;
       s.p = p;
       if constexpr (has_masters) {
         s.master = Tensor<master_type>(p->value.shape());
         for (index_t i = 0; i < p->value.size(); ++i) {
-          s.master.data()[i] = detail::store<master_type>(detail::load<compute_type>(p->value.data()[i]));
+          s.master.data()[i] = precis::detail::store<master_type>(precis::detail::load<compute_type>(p->value.data()[i]));
         }
       } else if (o_.rounding == update_rounding::kahan) {
         s.compensation = Tensor<param_type>(p->value.shape());
@@ -97,20 +99,20 @@ class MixedPrecisionOptimizer {
     const double inv = inverse_scale();
     double ssq = 0;
     bool finite = true;
-    std::array<float, detail::chunk> buf;
+    std::array<float, precis::detail::chunk> buf;
     for (const slot& s : slots_) {
       const grad_type* g = s.p->grad.data();
       const index_t n = s.p->grad.size();
-      for (index_t c0 = 0; c0 < n; c0 += detail::chunk) {
-        const index_t len = std::min(detail::chunk, n - c0);
+      for (index_t c0 = 0; c0 < n; c0 += precis::detail::chunk) {
+        const index_t len = std::min(precis::detail::chunk, n - c0);
         double part = 0;
         if constexpr (std::is_same_v<compute_type, float>) {
           // widened in bulk, squared and summed in double: no finite float overflows there
-          const float* v = detail::load_run<float>(g + c0, len, 1, buf.data());
+          const float* v = precis::detail::load_run<float>(g + c0, len, 1, buf.data());
           for (index_t i = 0; i < len; ++i) part += static_cast<double>(v[i]) * static_cast<double>(v[i]);
         } else {
           for (index_t i = 0; i < len; ++i) {
-            const double v = static_cast<double>(detail::load<compute_type>(g[c0 + i]));
+            const double v = static_cast<double>(precis::detail::load<compute_type>(g[c0 + i]));
             part += v * v;
           }
         }
@@ -169,8 +171,90 @@ class MixedPrecisionOptimizer {
     else return s.p->value.view();
   }
 
+  // ---- checkpoints ------------------------------------------------------------------------
+
+  /// Writes parameters, masters, optimizer state, step count, scaler state and the random
+  /// stream atomically (optim/checkpoint.hpp describes the format).
+  void save(const std::string& path) const {
+    checkpoint_writer w;
+    for (const slot& s : slots_) {
+      w.add("param/" + s.name, s.p->value.shape(), s.p->value.data());
+      if constexpr (has_masters) w.add("master/" + s.name, s.master.shape(), s.master.data());
+      for (int k = 0; k < rule_.state_arrays(); ++k) {
+        const auto& t = s.state[static_cast<std::size_t>(k)];
+        w.add("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+      }
+      if (s.compensation.size() > 0) w.add("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
+    }
+    const scaler_state st = scaler_.state();
+    const std::int64_t counters[6] = {steps_, st.growth_tracker, st.hysteresis_left, st.steps, st.skipped, st.floor_hits};
+    w.add("optimizer/counters", Shape{6}, counters);
+    w.add("scaler/scale", Shape{1}, &st.scale);
+    const auto rng = rng_.state();
+    w.add("rng", Shape{4}, rng.data());
+    w.write(path);
+  }
+
+  /// Reads a checkpoint written by save() for the same model, rule and options. Everything is
+  /// validated before anything changes: a truncated, damaged or mismatched file throws
+  /// checkpoint_error and leaves the parameters, masters and state untouched.
+  void load(const std::string& path) {
+    const checkpoint_reader r(path);
+    std::size_t expected = 3;
+    for (const slot& s : slots_) {  // phase 1: every record present, of the right dtype and shape
+      r.check<param_type>("param/" + s.name, s.p->value.shape());
+      ++expected;
+      if constexpr (has_masters) {
+        r.check<master_type>("master/" + s.name, s.master.shape());
+        ++expected;
+      }
+      for (int k = 0; k < rule_.state_arrays(); ++k) {
+        r.check<master_type>("state" + std::to_string(k) + "/" + s.name, s.p->value.shape());
+        ++expected;
+      }
+      if (s.compensation.size() > 0) {
+        r.check<param_type>("compensation/" + s.name, s.compensation.shape());
+        ++expected;
+      }
+    }
+    r.expect_count(expected);
+    std::int64_t counters[6];
+    r.copy("optimizer/counters", Shape{6}, counters);
+    scaler_state st;
+    r.copy("scaler/scale", Shape{1}, &st.scale);
+    st.growth_tracker = counters[1];
+    st.hysteresis_left = counters[2];
+    st.steps = counters[3];
+    st.skipped = counters[4];
+    st.floor_hits = counters[5];
+    std::array<std::uint64_t, 4> rng{};
+    r.copy("rng", Shape{4}, rng.data());
+    if (counters[0] < 0) throw checkpoint_error("precis::checkpoint: " + path + " has a negative step count");
+    Scaler trial = scaler_;
+    try {
+      trial.load_state(st);
+    } catch (const invalid_argument& e) {
+      throw checkpoint_error("precis::checkpoint: " + path + " holds a scaler state this scaler rejects: " + e.what());
+    }
+    // phase 2: commit (nothing below can fail)
+    for (slot& s : slots_) {
+      r.copy("param/" + s.name, s.p->value.shape(), s.p->value.data());
+      if constexpr (has_masters) r.copy("master/" + s.name, s.master.shape(), s.master.data());
+      for (int k = 0; k < rule_.state_arrays(); ++k) {
+        auto& t = s.state[static_cast<std::size_t>(k)];
+        r.copy("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+      }
+      if (s.compensation.size() > 0) r.copy("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
+    }
+    scaler_ = std::move(trial);
+    steps_ = counters[0];
+    rng_.set_state(rng);
+    unscaled_ = false;
+  }
+
  private:
   struct slot {
+    std::string name;
     parameter* p = nullptr;
     Tensor<master_type> master;
     std::array<Tensor<master_type>, 2> state;
@@ -188,19 +272,19 @@ class MixedPrecisionOptimizer {
     const grad_type* g = s.p->grad.data();
     for (index_t i = 0; i < n; ++i) {
       std::array<T, 2> st{};
-      for (int j = 0; j < k; ++j) st[static_cast<std::size_t>(j)] = detail::load<T>(s.state[static_cast<std::size_t>(j)].data()[i]);
-      const T gi = T(detail::load<T>(detail::load<default_compute_t<grad_type>>(g[i])) * factor);
+      for (int j = 0; j < k; ++j) st[static_cast<std::size_t>(j)] = precis::detail::load<T>(s.state[static_cast<std::size_t>(j)].data()[i]);
+      const T gi = T(precis::detail::load<T>(precis::detail::load<default_compute_t<grad_type>>(g[i])) * factor);
       if constexpr (has_masters) {
         master_type& m = s.master.data()[i];
-        const T updated = rule_.update(detail::load<T>(m), gi, st.data(), ctx);
-        m = detail::store<master_type>(updated);
-        w[i] = detail::store<param_type>(detail::load<default_compute_t<master_type>>(m));
+        const T updated = rule_.update(precis::detail::load<T>(m), gi, st.data(), ctx);
+        m = precis::detail::store<master_type>(updated);
+        w[i] = precis::detail::store<param_type>(precis::detail::load<default_compute_t<master_type>>(m));
       } else {
-        const T old = detail::load<T>(w[i]);
+        const T old = precis::detail::load<T>(w[i]);
         const T updated = rule_.update(old, gi, st.data(), ctx);
         w[i] = store_update(s, i, old, updated);
       }
-      for (int j = 0; j < k; ++j) s.state[static_cast<std::size_t>(j)].data()[i] = detail::store<master_type>(st[static_cast<std::size_t>(j)]);
+      for (int j = 0; j < k; ++j) s.state[static_cast<std::size_t>(j)].data()[i] = precis::detail::store<master_type>(st[static_cast<std::size_t>(j)]);
     }
   }
 
@@ -208,24 +292,24 @@ class MixedPrecisionOptimizer {
   param_type store_update(slot& s, index_t i, compute_type old, compute_type updated) {
     using T = compute_type;
     switch (o_.rounding) {
-      case update_rounding::nearest: return detail::store<param_type>(updated);
+      case update_rounding::nearest: return precis::detail::store<param_type>(updated);
       case update_rounding::stochastic:
         if constexpr (std::is_same_v<param_type, T>) {
           return updated;  // already the parameter's own arithmetic: nothing to round
         } else {
-          return round_to<param_type>(updated, rounding::stochastic, detail::storage_overflow<param_type>, rng_);
+          return round_to<param_type>(updated, rounding::stochastic, precis::detail::storage_overflow<param_type>, rng_);
         }
       case update_rounding::kahan: {
         // Kahan's compensated summation of the updates (Higham 2002, alg. 4.2), with the sum and
         // the compensation both stored in the parameter's format
         param_type& c = s.compensation.data()[i];
-        const T y = T(T(updated - old) - detail::load<T>(c));
-        const param_type t = detail::store<param_type>(T(old + y));
-        c = detail::store<param_type>(T(T(detail::load<T>(t) - old) - y));
+        const T y = T(T(updated - old) - precis::detail::load<T>(c));
+        const param_type t = precis::detail::store<param_type>(T(old + y));
+        c = precis::detail::store<param_type>(T(T(precis::detail::load<T>(t) - old) - y));
         return t;
       }
     }
-    return detail::store<param_type>(updated);
+    return precis::detail::store<param_type>(updated);
   }
 
   Rule rule_;
