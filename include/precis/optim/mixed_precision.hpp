@@ -109,7 +109,18 @@ class MixedPrecisionOptimizer {
         if constexpr (std::is_same_v<compute_type, float>) {
           // widened in bulk, squared and summed in double: no finite float overflows there
           const float* v = precis::detail::load_run<float>(g + c0, len, 1, buf.data());
-          for (index_t i = 0; i < len; ++i) part += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+          // eight independent partial sums: the additions pipeline and vectorize (one chain
+          // would be latency-bound at an add per 4 cycles)
+          std::array<double, 8> acc{};
+          index_t i = 0;
+          for (; i + 8 <= len; i += 8) {
+            for (std::size_t l = 0; l < 8; ++l) {
+              const double x = static_cast<double>(v[i + static_cast<index_t>(l)]);
+              acc[l] += x * x;
+            }
+          }
+          for (; i < len; ++i) acc[0] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+          part = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         } else {
           for (index_t i = 0; i < len; ++i) {
             const double v = static_cast<double>(precis::detail::load<compute_type>(g[c0 + i]));
@@ -263,28 +274,90 @@ class MixedPrecisionOptimizer {
 
   double inverse_scale() const { return 1.0 / (scaler_.scale() * static_cast<double>(o_.accumulation_steps)); }
 
+  /// The update of one parameter tensor, a chunk at a time: gradients, masters and state are
+  /// widened in bulk (vector conversion kernels), the rule runs over dense arrays of T, and the
+  /// results are rounded back in bulk.
   template <class Ctx>
   void apply_rule(slot& s, const Ctx& ctx, compute_type factor) {
     using T = compute_type;
+    namespace pd = precis::detail;
+    constexpr index_t C = pd::chunk;
     const index_t n = s.p->value.size();
     const int k = rule_.state_arrays();
     param_type* w = s.p->value.data();
     const grad_type* g = s.p->grad.data();
-    for (index_t i = 0; i < n; ++i) {
-      std::array<T, 2> st{};
-      for (int j = 0; j < k; ++j) st[static_cast<std::size_t>(j)] = precis::detail::load<T>(s.state[static_cast<std::size_t>(j)].data()[i]);
-      const T gi = T(precis::detail::load<T>(precis::detail::load<default_compute_t<grad_type>>(g[i])) * factor);
+    std::array<T, C> gbuf, wbuf, old;
+    std::array<std::array<T, C>, 2> sbuf;
+    for (index_t c0 = 0; c0 < n; c0 += C) {
+      const index_t len = std::min(C, n - c0);
+      const T* gv = pd::load_run<T>(g + c0, len, 1, gbuf.data());
+      T* wv = wbuf.data();
       if constexpr (has_masters) {
-        master_type& m = s.master.data()[i];
-        const T updated = rule_.update(precis::detail::load<T>(m), gi, st.data(), ctx);
-        m = precis::detail::store<master_type>(updated);
-        w[i] = precis::detail::store<param_type>(precis::detail::load<default_compute_t<master_type>>(m));
+        const T* mv = pd::load_run<T>(s.master.data() + c0, len, 1, wbuf.data());
+        if (mv != wbuf.data()) std::copy_n(mv, len, wbuf.data());
       } else {
-        const T old = precis::detail::load<T>(w[i]);
-        const T updated = rule_.update(old, gi, st.data(), ctx);
-        w[i] = store_update(s, i, old, updated);
+        const T* pv = pd::load_run<T>(w + c0, len, 1, wbuf.data());
+        if (pv != wbuf.data()) std::copy_n(pv, len, wbuf.data());
+        if (o_.rounding != update_rounding::nearest) std::copy_n(wbuf.data(), len, old.data());
       }
-      for (int j = 0; j < k; ++j) s.state[static_cast<std::size_t>(j)].data()[i] = precis::detail::store<master_type>(st[static_cast<std::size_t>(j)]);
+      std::array<T*, 2> sv{sbuf[0].data(), sbuf[1].data()};
+      for (int j = 0; j < k; ++j) {
+        const auto js = static_cast<std::size_t>(j);
+        const T* v = pd::load_run<T>(s.state[js].data() + c0, len, 1, sbuf[js].data());
+        if (v != sbuf[js].data()) std::copy_n(v, len, sbuf[js].data());
+      }
+      run_rule(wv, gv, sv, len, k, ctx, factor);
+      for (int j = 0; j < k; ++j) {
+        const auto js = static_cast<std::size_t>(j);
+        pd::store_run(sbuf[js].data(), s.state[js].data() + c0, len, index_t{1});
+      }
+      if constexpr (has_masters) {
+        pd::store_run(wv, s.master.data() + c0, len, index_t{1});
+        // the parameter is the stored master rounded once (exact when the master is T)
+        pd::store_run(wv, w + c0, len, index_t{1});
+      } else if (o_.rounding == update_rounding::nearest) {
+        pd::store_run(wv, w + c0, len, index_t{1});
+      } else {
+        for (index_t i = 0; i < len; ++i) w[c0 + i] = store_update(s, c0 + i, old[static_cast<std::size_t>(i)], wv[i]);
+      }
+    }
+  }
+
+  /// The rule over dense arrays; the branches on the state count are outside the loops so each
+  /// loop is a straight line the compiler can vectorize.
+  template <class Ctx>
+  void run_rule(compute_type* w, const compute_type* g, std::array<compute_type*, 2> sv, index_t len, int k, const Ctx& ctx,
+                compute_type factor) const {
+    using T = compute_type;
+    if (k < 2) {
+      T* s0 = k == 1 ? sv[0] : nullptr;
+      index_t i = 0;
+#if PRECIS_X86_SIMD
+      if constexpr (std::is_same_v<Rule, SGD> && std::is_same_v<T, float>) {
+        if (precis::detail::cpu_has_avx2_f16c()) {
+          i = static_cast<index_t>(simd::sgd_float(w, g, s0, static_cast<std::size_t>(len), factor, rule_, ctx));
+        }
+      }
+#endif
+      for (; i < len; ++i) w[i] = rule_.update(w[i], T(g[i] * factor), s0 == nullptr ? s0 : s0 + i, ctx);
+    } else {
+      T* s0 = sv[0];
+      T* s1 = sv[1];
+      index_t i = 0;
+#if PRECIS_X86_SIMD
+      // sqrt and division keep GCC from vectorizing Adam's loop (errno semantics): a kernel
+      if constexpr (std::is_base_of_v<Adam, Rule> && std::is_same_v<T, float>) {
+        if (precis::detail::cpu_has_avx2_f16c()) {
+          i = static_cast<index_t>(simd::adam_float(w, g, s0, s1, static_cast<std::size_t>(len), factor, rule_, ctx));
+        }
+      }
+#endif
+      for (; i < len; ++i) {
+        T st[2] = {s0[i], s1[i]};
+        w[i] = rule_.update(w[i], T(g[i] * factor), st, ctx);
+        s0[i] = st[0];
+        s1[i] = st[1];
+      }
     }
   }
 
