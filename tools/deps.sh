@@ -4,7 +4,7 @@
 # This file is the one place the package lists live.
 set -euo pipefail
 
-build_packages=(cmake make g++ libeigen3-dev libboost-dev)
+build_packages=(cmake make g++ libeigen3-dev libboost-dev zlib1g-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev)
 demo_packages=("${build_packages[@]}")
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3)
