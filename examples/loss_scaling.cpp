@@ -5,7 +5,7 @@
 //   16-true                   fp16 everything, no scaling, no masters, round-to-nearest updates
 //   bf16-true                 bf16 everything, round-to-nearest updates
 //   bf16-true + SR            bf16 everything, stochastically rounded updates
-// docs/optim.md records the output. Usage: loss_scaling [--data DIR] [--epochs N]
+// docs/optim.md records the output. Usage: loss_scaling [--data DIR] [--epochs N] [--lr X] [--only SUBSTRING]
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,11 +27,11 @@ struct result {
 
 template <class P, class Scaler>
 result train(const data::labelled_images& tr, const data::labelled_images& te, Scaler scaler, optim::update_rounding how,
-             int epochs) {
+             int epochs, double lr) {
   nn::MLP<P> net({784, 256, 10}, nn::activation::relu, 42);
   typename optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler>::options o;
   o.rounding = how;
-  optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = 0.01, .momentum = 0.9}, scaler, o);
+  optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = lr, .momentum = 0.9}, scaler, o);
   using S = typename P::param_type;
   constexpr index_t batch = 64;
   const index_t n = tr.images.shape()[0], steps_per_epoch = n / batch;
@@ -82,30 +82,35 @@ result train(const data::labelled_images& tr, const data::labelled_images& te, S
 int main(int argc, char** argv) {
   std::string dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 3;
+  double lr = 0.01;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--data") == 0) dir = argv[i + 1];
     else if (std::strcmp(argv[i], "--epochs") == 0) epochs = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--lr") == 0) lr = std::atof(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   try {
     const auto tr = data::read_fashion_mnist(dir, true);
     const auto te = data::read_fashion_mnist(dir, false);
-    std::printf("Fashion-MNIST: %lld training / %lld test images, MLP 784-256-10, SGD(lr 0.01, momentum 0.9), batch 64, %d epochs\n\n",
-                static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), epochs);
+    std::printf("Fashion-MNIST: %lld training / %lld test images, MLP 784-256-10, SGD(lr %g, momentum 0.9), batch 64, %d epochs\n\n",
+                static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), lr, epochs);
     std::printf("| configuration | final-epoch train loss | test accuracy | skipped steps | final loss scale | seconds |\n");
     std::printf("|---|---|---|---|---|---|\n");
+    const auto want = [&](const char* name) { return only.empty() || std::string(name).find(only) != std::string::npos; };
     const auto row = [](const char* name, const result& r) {
       std::printf("| %s | %.4f | %.4f | %lld | %g | %.1f |\n", name, r.train_loss, r.test_accuracy, static_cast<long long>(r.skipped), r.scale, r.seconds);
     };
     using optim::update_rounding;
-    row("32-true", train<pol::named<"32-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs));
-    row("16-mixed, dynamic loss scaling, fp32 masters",
-        train<pol::named<"16-mixed">>(tr, te, optim::DynamicLossScaler{}, update_rounding::nearest, epochs));
-    row("16-mixed, no loss scaling, fp32 masters",
-        train<pol::named<"16-mixed">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs));
-    row("16-true, no scaling, no masters", train<pol::named<"16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs));
-    row("bf16-true, round to nearest", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs));
-    row("bf16-true, stochastic rounding", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::stochastic, epochs));
-    row("bf16-true, Kahan-compensated", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::kahan, epochs));
+    if (want("32-true")) row("32-true", train<pol::named<"32-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs, lr));
+    if (want("16-mixed, dynamic loss scaling, fp32 masters")) row("16-mixed, dynamic loss scaling, fp32 masters",
+        train<pol::named<"16-mixed">>(tr, te, optim::DynamicLossScaler{}, update_rounding::nearest, epochs, lr));
+    if (want("16-mixed, no loss scaling, fp32 masters")) row("16-mixed, no loss scaling, fp32 masters",
+        train<pol::named<"16-mixed">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs, lr));
+    if (want("16-true, no scaling, no masters")) row("16-true, no scaling, no masters", train<pol::named<"16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs, lr));
+    if (want("bf16-true, round to nearest")) row("bf16-true, round to nearest", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::nearest, epochs, lr));
+    if (want("bf16-true, stochastic rounding")) row("bf16-true, stochastic rounding", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::stochastic, epochs, lr));
+    if (want("bf16-true, Kahan-compensated")) row("bf16-true, Kahan-compensated", train<pol::named<"bf16-true">>(tr, te, optim::NoLossScaler{}, update_rounding::kahan, epochs, lr));
   } catch (const precis::error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
