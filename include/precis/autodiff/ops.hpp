@@ -466,6 +466,22 @@ const std::int64_t* keep_labels(Tape<P>& t, std::span<const std::int64_t> labels
   return p;
 }
 
+/// The gradient reaching a loss that is a mean over `rows` rows, divided by rows, in Acc.
+template <class Acc, class O, class P>
+Acc row_mean_grad(Tape<P>& t, const node_t<P>& n, index_t rows) {
+  using G = grad_t<P, O>;
+  return Acc(detail::load<Acc>(detail::load<arith_t<G>>(*t.template grad_view<G>(n.out).data())) / Acc(static_cast<double>(rows)));
+}
+
+/// The mean of `rows` per-row loss terms (pairwise, in Acc), as a new scalar value stored as O.
+template <class O, class Acc, class P, class S>
+Var<P, O> mean_of_terms(Tape<P>& t, const Acc* terms, index_t rows, const Var<P, S>& input) {
+  auto y = t.template make<O>(Shape{}, input.requires_grad());
+  *t.template value_view<O>(y.id()).data() = detail::store<O>(
+      Acc(detail::sum_fiber<Acc>(terms, rows, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(rows))));
+  return y;
+}
+
 template <class P, class S>
 void cross_entropy_backward(Tape<P>& t, const node_t<P>& n) {
   if (!t.slot(n.in[0]).requires_grad) return;
@@ -476,9 +492,7 @@ void cross_entropy_backward(Tape<P>& t, const node_t<P>& n) {
   const auto* labels = static_cast<const std::int64_t*>(n.aux[0]);
   const auto* lse = static_cast<const Acc*>(n.aux[1]);
   const index_t rows = x.shape()[0], k = x.shape()[1];
-  const Acc g = detail::load<Acc>(detail::load<arith_t<grad_t<P, typename T::output>>>(
-                    *t.template grad_view<grad_t<P, typename T::output>>(n.out).data())) /
-                Acc(static_cast<double>(rows));
+  const Acc g = row_mean_grad<Acc, typename T::output>(t, n, rows);
   using GS = grad_t<P, S>;
   for (index_t i = 0; i < rows; ++i) {
     for (index_t j = 0; j < k; ++j) {
@@ -500,9 +514,7 @@ void nll_backward(Tape<P>& t, const node_t<P>& n) {
   const auto gx = t.template grad_view<GS>(n.in[0]);
   const auto* labels = static_cast<const std::int64_t*>(n.aux[0]);
   const index_t rows = gx.shape()[0];
-  const Acc g = detail::load<Acc>(detail::load<arith_t<grad_t<P, typename T::output>>>(
-                    *t.template grad_view<grad_t<P, typename T::output>>(n.out).data())) /
-                Acc(static_cast<double>(rows));
+  const Acc g = row_mean_grad<Acc, typename T::output>(t, n, rows);
   for (index_t i = 0; i < rows; ++i) {
     GS& gij = gx(i, labels[i]);
     gij = detail::store<GS>(Acc(detail::load<Acc>(detail::load<arith_t<GS>>(gij)) - g));
@@ -878,9 +890,7 @@ auto cross_entropy(const Var<P, S>& logits, std::span<const std::int64_t> labels
     lse[i] = detail::logsumexp_fiber<Acc>(r.data(), r.shape()[0], r.strides()[0], summation::pairwise);
     terms[i] = lse[i] - detail::load<Acc>(detail::load<detail::ad::arith_t<S>>(r(labels[static_cast<std::size_t>(i)])));
   }
-  auto y = t.template make<O>(Shape{}, logits.requires_grad());
-  *t.template value_view<O>(y.id()).data() = detail::store<O>(
-      Acc(detail::sum_fiber<Acc>(terms, rows, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(rows))));
+  auto y = detail::ad::mean_of_terms<O>(t, terms, rows, logits);
   detail::ad::record(t, &detail::ad::cross_entropy_backward<P, S>, y, {logits.id()}, {detail::ad::keep_labels(t, labels), lse});
   return y;
 }
@@ -900,9 +910,7 @@ auto nll(const Var<P, S>& logp, std::span<const std::int64_t> labels) {
   const index_t rows = x.shape()[0];
   auto* terms = t.scratch().template allocate_array<Acc>(static_cast<std::size_t>(rows));
   for (index_t i = 0; i < rows; ++i) terms[i] = -detail::load<Acc>(detail::load<detail::ad::arith_t<S>>(x(i, labels[static_cast<std::size_t>(i)])));
-  auto y = t.template make<O>(Shape{}, logp.requires_grad());
-  *t.template value_view<O>(y.id()).data() = detail::store<O>(
-      Acc(detail::sum_fiber<Acc>(terms, rows, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(rows))));
+  auto y = detail::ad::mean_of_terms<O>(t, terms, rows, logp);
   detail::ad::record(t, &detail::ad::nll_backward<P, S>, y, {logp.id()}, {detail::ad::keep_labels(t, labels)});
   return y;
 }
