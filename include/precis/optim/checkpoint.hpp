@@ -79,7 +79,13 @@ inline void (*checkpoint_before_rename)(const std::string& tmp_path) = nullptr;
 /// Builds a checkpoint in memory and writes it atomically.
 class checkpoint_writer {
  public:
-  checkpoint_writer() { bytes_.insert(bytes_.end(), std::begin(detail::checkpoint_magic), std::end(detail::checkpoint_magic)); put<std::uint32_t>(detail::checkpoint_version); put<std::uint32_t>(0x01020304u); put<std::uint64_t>(0); }
+  // (Constructing bytes_ from the magic, rather than inserting it into an empty vector, also
+  // avoids a false -Wstringop-overflow from GCC 12 at -O2.)
+  checkpoint_writer() : bytes_(std::begin(detail::checkpoint_magic), std::end(detail::checkpoint_magic)) {
+    put<std::uint32_t>(detail::checkpoint_version);
+    put<std::uint32_t>(0x01020304u);
+    put<std::uint64_t>(0);
+  }
 
   template <class T>
   void add(const std::string& name, const Shape& shape, const T* data) {
