@@ -145,3 +145,75 @@ TEST(GemmLarge, BlockedPathsAgainstDoubleReference) {
       ASSERT_LE(std::abs(c(i, j) - ref(i, j)), g * mag) << i << "," << j;
     }
 }
+
+namespace {
+
+/// The portable path's result for a 16-bit accumulator T, written out: K is cut into
+/// ceil(K / 128) equal blocks; within a block ab = ab + a * b in T's arithmetic (each product and
+/// each sum rounded to T); each block is added into C as c = alpha * ab + beta_k * c, with
+/// beta_k = beta for the first block (beta == 0: C is not read) and 1 after.
+template <class T, class VA, class VB>
+Tensor<T> portable_16bit_gemm(T alpha, const VA& a, const VB& b, T beta, const Tensor<T>& c0) {
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const index_t blocks = (k + 127) / 128, kc = (k + blocks - 1) / blocks;
+  Tensor<T> c = c0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t p0 = 0; p0 < k; p0 += kc) {
+        T ab(0);
+        for (index_t p = p0; p < std::min(k, p0 + kc); ++p) ab = ab + T(a(i, p)) * T(b(p, j));
+        const T beta_k = p0 == 0 ? beta : T(1);
+        const T t = alpha * ab;
+        c(i, j) = beta_k == T(0) ? t : t + beta_k * c(i, j);
+      }
+  return c;
+}
+
+template <class T>
+bool same_bits(T x, T y) {
+  const float fx = static_cast<float>(x), fy = static_cast<float>(y);
+  if (std::isnan(fx) || std::isnan(fy)) return std::isnan(fx) && std::isnan(fy);
+  return std::memcmp(&x, &y, sizeof(T)) == 0;
+}
+
+template <class T>
+void expect_16bit_gemm_matches_portable(index_t m, index_t k, index_t n, bool ta, bool tb, double alpha, double beta, int threads,
+                                        double lo_exp = -14, double hi_exp = 7) {
+  // magnitudes 2^lo_exp .. 2^hi_exp with random signs: by default fp16 products underflow into
+  // the subnormals and to zero and sums cancel; wider ranges overflow to inf and give NaN
+  Tensor<T> a_store(ta ? Shape{k, m} : Shape{m, k}), b_store(tb ? Shape{n, k} : Shape{k, n});
+  fill_log_uniform(a_store, lo_exp, hi_exp, static_cast<std::uint64_t>(m * 31 + k), true);
+  fill_log_uniform(b_store, lo_exp, hi_exp, static_cast<std::uint64_t>(n * 37 + k), true);
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  Tensor<T> c0({m, n});
+  fill_uniform(c0, -4, 4, 7);
+  Tensor<T> c = c0;
+  gemm<T>(T(alpha), a, b, T(beta), c, threads);
+  const auto want = portable_16bit_gemm(T(alpha), a, b, T(beta), c0);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      ASSERT_TRUE(same_bits(c(i, j), want(i, j)))
+          << format_traits<T>::name << " C(" << i << "," << j << ") of " << m << "x" << k << "x" << n << ": "
+          << static_cast<float>(c(i, j)) << " vs the portable arithmetic's " << static_cast<float>(want(i, j));
+}
+
+}  // namespace
+
+TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
+  // the "-true" policies' GEMM: ragged tiles (m, n not multiples of 6 and 16), transposed views,
+  // several K blocks, alpha and beta, two threads
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        expect_16bit_gemm_matches_portable<half>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        expect_16bit_gemm_matches_portable<bfloat16>(m, k, n, ta, tb, 1.0, 0.0, 1);
+      }
+  }
+  expect_16bit_gemm_matches_portable<half>(50, 260, 40, false, false, -0.75, 0.5, 2);
+  expect_16bit_gemm_matches_portable<bfloat16>(50, 260, 40, false, true, 1.5, -1.0, 2);
+  // overflow to infinity, inf - inf = NaN
+  expect_16bit_gemm_matches_portable<half>(12, 6, 20, false, false, 1.0, 0.0, 1, -14, 10);
+  expect_16bit_gemm_matches_portable<bfloat16>(12, 6, 20, false, false, 1.0, 0.0, 1, 60, 66);
+  expect_16bit_gemm_matches_portable<bfloat16>(12, 6, 20, false, false, 1.0, 0.0, 1, -75, -60);  // fp32 subnormal products
+}

@@ -175,6 +175,17 @@ class MixedPrecisionOptimizer {
   Rule& rule() noexcept { return rule_; }
   std::int64_t steps_taken() const noexcept { return steps_; }
   bool found_inf() const noexcept { return found_inf_; }
+  /// Bytes the optimizer holds beyond the parameters and their gradients: masters, the rule's
+  /// state arrays and Kahan compensations.
+  std::size_t state_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const slot& s : slots_) {
+      if constexpr (has_masters) n += static_cast<std::size_t>(s.master.size()) * sizeof(master_type);
+      for (const auto& t : s.state) n += static_cast<std::size_t>(t.size()) * sizeof(master_type);
+      n += static_cast<std::size_t>(s.compensation.size()) * sizeof(param_type);
+    }
+    return n;
+  }
   /// The master copy of parameter i (the parameter itself when there are no masters).
   TensorView<const master_type> master(std::size_t i) const {
     const slot& s = slots_.at(i);

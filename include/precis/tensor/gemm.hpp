@@ -9,7 +9,9 @@
 //                  (float x float -> float goes to Eigen's product when the translation unit
 //                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
 //   Acc = double : AVX2+FMA 6 x 8 tile.
-//   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, half, ...).
+//   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
+//                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
+//   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
 // Error: every entry satisfies |C - fl(C)| <= gamma_K |A||B| in the accumulator's u (Higham,
 // eq. 3.12), plus one rounding into C's storage when that differs from Acc.
 #pragma once
@@ -42,6 +44,9 @@ template <class Acc>
 constexpr gemm_blocking blocking_for(bool simd) {
   if (simd && std::is_same_v<Acc, float>) return {6, 16, 120, 256, 3072};
   if (simd && std::is_same_v<Acc, double>) return {6, 8, 72, 256, 1536};
+  // The 16-bit kernel keeps the portable kc: K is cut into the same blocks, each added into C
+  // in the same order, so the two give bit-identical results.
+  if (simd && (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>)) return {6, 16, 120, 128, 3072};
   return {4, 4, 64, 128, 512};
 }
 
@@ -159,6 +164,9 @@ std::pair<tile_kernel_fn<Acc>, gemm_blocking> select_kernel() {
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     if (cpu_has_avx2_fma()) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
+  }
+  if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
+    if (cpu_has_avx2_fma()) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
 #endif
   return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};

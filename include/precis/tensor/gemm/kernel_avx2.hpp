@@ -3,6 +3,13 @@
 // the same structure. Two FMA pipes with 4-cycle latency need >= 8 independent accumulators;
 // 12 keep both pipes busy. Compiled with target attributes and chosen at run time, so
 // consumers need no -march flag.
+//
+// For 16-bit accumulators (the "-true" policies' GEMM: every product and every partial sum
+// rounded to fp16 or bf16) a 6 x 16 tile emulates that arithmetic in fp32 lanes, bit-identical
+// to the portable kernel: a product of two 16-bit values is exact in fp32 and is then rounded
+// once to the format, and an fp32 sum of two values of the format rounded to it equals the
+// correctly rounded sum (p = 24 >= 2 t + 2 for t = 11 and t = 8; Higham 2002, 2.4), which is
+// what the format's own operator+ computes.
 #pragma once
 
 #include "precis/config.hpp"
@@ -11,7 +18,12 @@
 
 #include <cmath>
 #include <cpuid.h>
+#include <cstdint>
+#include <cstring>
 #include <immintrin.h>
+
+#include "precis/format/bfloat16.hpp"
+#include "precis/format/half.hpp"
 
 #include "precis/format/convert_x86.hpp"
 #include "precis/tensor/shape.hpp"
@@ -131,6 +143,89 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
       W::storeu(ab + i * 2 * L + L, rows[i][1]);
     }
     tile_epilogue(ab, 2 * L, c, rs_c, cs_c, mr, nr, alpha, beta);
+  }
+}
+
+
+/// fp32 lanes holding values of a 16-bit format: load, broadcast and round to the format.
+template <class T>
+struct avx2_narrow;
+
+template <>
+struct avx2_narrow<half> {
+  PRECIS_TARGET_AVX2 static void load16(const half* p, __m256& lo, __m256& hi) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+  }
+  PRECIS_TARGET_AVX2 static __m256 broadcast(const half* p) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(bits)));
+  }
+  /// Round to nearest even into fp16 (overflow to infinity, subnormals kept), back in fp32.
+  PRECIS_TARGET_AVX2 static __m256 round(__m256 x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
+template <>
+struct avx2_narrow<bfloat16> {
+  PRECIS_TARGET_AVX2 static void load16(const bfloat16* p, __m256& lo, __m256& hi) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+    hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+  }
+  PRECIS_TARGET_AVX2 static __m256 broadcast(const bfloat16* p) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(std::uint32_t{bits} << 16)));
+  }
+  /// Round to nearest even into bf16 as Eigen's float_to_bfloat16_rtne does (a NaN becomes the
+  /// quiet NaN 0x7fc0 with its sign), back in fp32.
+  PRECIS_TARGET_AVX2 static __m256 round(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                                       _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+    const __m256i qnan = _mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
+                                         _mm256_set1_epi32(0x7fc00000));
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qnan), nan);
+  }
+};
+
+/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) in the arithmetic of the 16-bit T:
+/// ab = round(ab + round(a * b)) for each k, then the portable kernel's epilogue in T. A_panel
+/// is 6 x kc (interleaved by k), B_panel kc x 16.
+template <class T>
+PRECIS_TARGET_AVX2 void avx2_narrow_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                                                index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+  using N = avx2_narrow<T>;
+  __m256 acc[6][2];
+  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
+  for (index_t p = 0; p < kc; ++p) {
+    __m256 b0, b1;
+    N::load16(b, b0, b1);
+    for (int i = 0; i < 6; ++i) {
+      const __m256 ar = N::broadcast(a + i);
+      acc[i][0] = N::round(_mm256_add_ps(acc[i][0], N::round(_mm256_mul_ps(ar, b0))));
+      acc[i][1] = N::round(_mm256_add_ps(acc[i][1], N::round(_mm256_mul_ps(ar, b1))));
+    }
+    a += 6;
+    b += 16;
+  }
+  alignas(32) float ab[6 * 16];
+  for (int i = 0; i < 6; ++i) {
+    _mm256_store_ps(ab + i * 16, acc[i][0]);
+    _mm256_store_ps(ab + i * 16 + 8, acc[i][1]);
+  }
+  for (index_t i = 0; i < mr; ++i) {
+    for (index_t j = 0; j < nr; ++j) {
+      T& cij = c[i * rs_c + j * cs_c];
+      const T t = alpha * T(ab[i * 16 + j]);  // T(...) is exact: the lanes hold values of T
+      cij = beta == T(0) ? t : t + beta * cij;
+    }
   }
 }
 

@@ -1,0 +1,346 @@
+// The main demo: one MLP (784-256-128-10, ReLU, cross-entropy, SGD with momentum) trained on
+// Fashion-MNIST under every named precision policy, side by side. `make demo` runs it.
+//
+//   train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]
+//                       [--threads T] [--seed S] [--out DIR]
+//
+// LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed bf16-true bf16-true+sr
+// 16-true (default: all, in that order). Prints one Markdown table and writes DIR/results.json
+// (the table, the loss curves and the gradient-exponent histograms) and DIR/results.csv;
+// bench/demo_report.py turns the JSON into docs/demo.md and its plots.
+//
+// What each column measures:
+//   test accuracy       on the 10000 test images, after the last epoch
+//   final train loss    mean cross-entropy over the last epoch's steps (as the policy computed it)
+//   s / epoch           wall-clock seconds per epoch, training only
+//   memory              the tape's peak (activations, gradients, scratch) + parameters and their
+//                       gradients + the optimizer's masters and state, in MiB
+//   skipped, scale      steps the loss scaler skipped, and its final scale
+//   fp16-flushed grads  the fraction of weight-gradient values, unscaled, that are nonzero but
+//                       round to zero in fp16: what fp16 without loss scaling would lose. In
+//                       16-true the gradients already are fp16, so those values are zeros there:
+//   zero grads          the fraction of weight-gradient values that are exactly zero
+// Both gradient columns are sampled every 20 steps over the whole run.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <precis/data/idx.hpp>
+#include <precis/optim/optim.hpp>
+#include <precis/precis.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+using namespace precis;
+namespace pol = precis::policy;
+
+namespace {
+
+const std::vector<std::string> all_policies = {"32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "bf16-true+sr", "16-true"};
+
+struct settings {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string out = "build/demo";
+  int epochs = 6;
+  index_t batch = 128;
+  double lr = 0.05;
+  int threads = 0;
+  std::uint64_t seed = 1;
+  std::vector<std::string> policies = all_policies;
+};
+
+/// Binades of |g| from 2^-40 to 2^0 (everything smaller lands in the first, larger in the last).
+constexpr int hist_lo = -40, hist_hi = 0;
+
+struct result {
+  std::string policy;
+  double test_accuracy = 0, final_loss = 0, seconds_per_epoch = 0, memory_mib = 0, scale = 1;
+  std::int64_t skipped = 0, steps = 0;
+  double flushed = 0, zeros = 0;
+  std::vector<double> curve;        // mean training loss over each tenth of an epoch
+  std::vector<std::int64_t> hist;   // weight-gradient counts per binade, hist_lo..hist_hi
+  std::int64_t sampled = 0;         // weight-gradient values sampled
+};
+
+/// One line that redraws itself on a terminal, plain lines otherwise.
+class progress {
+ public:
+  progress(std::string name, int epochs) : name_(std::move(name)), epochs_(epochs), tty_(::isatty(STDERR_FILENO) != 0) {}
+  void update(int epoch, double fraction, double loss) {
+    if (!tty_) return;
+    const int width = 30, filled = static_cast<int>(fraction * width);
+    std::fprintf(stderr, "\r%-13s epoch %d/%d [%s%s] %3d%%  loss %.4f ", name_.c_str(), epoch + 1, epochs_,
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(), std::string(static_cast<std::size_t>(width - filled), '.').c_str(),
+                 static_cast<int>(fraction * 100), loss);
+    std::fflush(stderr);
+  }
+  void epoch_done(int epoch, double loss, double seconds) {
+    if (tty_) std::fprintf(stderr, "\r%-13s epoch %d/%d  loss %.4f  %.1f s%40s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds, "");
+    else std::fprintf(stderr, "%s epoch %d/%d: train loss %.4f, %.1f s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds);
+  }
+
+ private:
+  std::string name_;
+  int epochs_;
+  bool tty_;
+};
+
+/// Rows [first, first + rows) of `order` gathered from `images` into `x` (converted once).
+template <class S>
+void gather(const data::labelled_images& set, const std::vector<index_t>& order, index_t first, Tensor<float>& staging,
+            Tensor<S>& x, std::vector<std::int64_t>& y) {
+  const index_t rows = x.shape()[0], cols = x.shape()[1];
+  for (index_t i = 0; i < rows; ++i) {
+    const index_t src = order[static_cast<std::size_t>(first + i)];
+    std::memcpy(staging.data() + i * cols, set.images.data() + src * cols, static_cast<std::size_t>(cols) * sizeof(float));
+    y[static_cast<std::size_t>(i)] = set.labels[static_cast<std::size_t>(src)];
+  }
+  if constexpr (std::is_same_v<S, float>) std::memcpy(x.data(), staging.data(), static_cast<std::size_t>(rows * cols) * sizeof(float));
+  else convert(std::span<const float>(staging.data(), static_cast<std::size_t>(rows * cols)), std::span<S>(x.data(), static_cast<std::size_t>(rows * cols)));
+}
+
+/// Adds the weight gradients (divided by the loss scale) to the histogram and counters.
+template <class P>
+void sample_gradients(nn::Module<P>& net, double scale, result& r) {
+  const double inv = 1.0 / scale;
+  net.for_each_parameter([&](auto& p) {
+    if (p.name.find("weight") == std::string::npos) return;
+    for (const auto& gs : p.grad) {
+      const double g = static_cast<double>(static_cast<float>(gs)) * inv;
+      ++r.sampled;
+      if (g == 0) {
+        ++r.zeros;
+        continue;
+      }
+      if (static_cast<float>(round_to<half>(g)) == 0.0f) ++r.flushed;
+      const int e = std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), hist_lo, hist_hi);
+      ++r.hist[static_cast<std::size_t>(e - hist_lo)];
+    }
+  });
+}
+
+template <class P, class Scaler>
+result train(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
+             Scaler scaler, optim::update_rounding how) {
+  using S = typename P::param_type;
+  result r;
+  r.policy = name;
+  r.hist.assign(hist_hi - hist_lo + 1, 0);
+  nn::MLP<P> net({784, 256, 128, 10}, nn::activation::relu, st.seed);
+  typename optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler>::options o;
+  o.rounding = how;
+  o.seed = st.seed;
+  optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = st.lr, .momentum = 0.9}, scaler, o);
+
+  const index_t n = tr.images.shape()[0], steps_per_epoch = n / st.batch;
+  const index_t curve_every = std::max<index_t>(1, steps_per_epoch / 10);
+  Tensor<float> staging(Shape{st.batch, 784});
+  Tensor<S> xb(Shape{st.batch, 784});
+  std::vector<std::int64_t> yb(static_cast<std::size_t>(st.batch));
+  std::vector<index_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), index_t{0});
+  xoshiro256pp gen(st.seed);
+  Tape<P> tape;
+  progress bar(name, st.epochs);
+  double seconds = 0;
+  for (int e = 0; e < st.epochs; ++e) {
+    // a fresh permutation every epoch, the same for every policy
+    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[gen() % (i + 1)]);
+    const auto t0 = std::chrono::steady_clock::now();
+    double epoch_loss = 0, window = 0;
+    for (index_t s = 0; s < steps_per_epoch; ++s) {
+      gather(tr, order, s * st.batch, staging, xb, yb);
+      tape.reset();
+      opt.zero_grad();
+      auto loss = cross_entropy(net(tape.borrow(xb)), yb);
+      opt.backward(tape, loss);
+      if (r.steps % 20 == 0) sample_gradients(net, opt.loss_scale(), r);
+      opt.step();
+      ++r.steps;
+      const double l = loss.item();
+      epoch_loss += l;
+      window += l;
+      if ((s + 1) % curve_every == 0) {
+        r.curve.push_back(window / static_cast<double>(curve_every));
+        window = 0;
+        bar.update(e, static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch), epoch_loss / static_cast<double>(s + 1));
+      }
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += secs;
+    r.final_loss = epoch_loss / static_cast<double>(steps_per_epoch);
+    bar.epoch_done(e, r.final_loss, secs);
+  }
+  r.seconds_per_epoch = seconds / st.epochs;
+  r.skipped = opt.scaler().state().skipped;
+  r.scale = opt.loss_scale();
+  r.flushed /= static_cast<double>(r.sampled);
+  r.zeros /= static_cast<double>(r.sampled);
+
+  std::size_t model_bytes = 0;
+  net.for_each_parameter([&](auto& p) {
+    model_bytes += static_cast<std::size_t>(p.value.size()) * (sizeof(S) + sizeof(typename P::grad_type));
+  });
+  r.memory_mib = static_cast<double>(tape.arena().peak_bytes() + tape.scratch_arena().peak_bytes() + model_bytes + opt.state_bytes()) /
+                 (1024.0 * 1024.0);
+
+  // test accuracy, forward only, in chunks of 1000 images
+  const index_t m = te.images.shape()[0], chunk = 1000;
+  Tensor<float> tstaging(Shape{chunk, 784});
+  Tensor<S> xt(Shape{chunk, 784});
+  std::vector<std::int64_t> yt(static_cast<std::size_t>(chunk));
+  std::vector<index_t> identity(static_cast<std::size_t>(m));
+  std::iota(identity.begin(), identity.end(), index_t{0});
+  index_t correct = 0;
+  for (index_t first = 0; first + chunk <= m; first += chunk) {
+    gather(te, identity, first, tstaging, xt, yt);
+    tape.reset();
+    auto guard = tape.no_grad();
+    const auto logits = net(tape.borrow(xt)).value();
+    for (index_t i = 0; i < chunk; ++i) {
+      index_t best = 0;
+      for (index_t j = 1; j < 10; ++j) {
+        if (static_cast<double>(logits(i, j)) > static_cast<double>(logits(i, best))) best = j;
+      }
+      correct += best == yt[static_cast<std::size_t>(i)];
+    }
+  }
+  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(m / chunk * chunk);
+  return r;
+}
+
+result run(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st) {
+  using optim::update_rounding;
+  using optim::NoLossScaler;
+  if (name == "32-true") return train<pol::named<"32-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+  if (name == "64-true") return train<pol::named<"64-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-mixed") return train<pol::named<"bf16-mixed">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+  if (name == "16-mixed") return train<pol::named<"16-mixed">>(name, tr, te, st, optim::DynamicLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-true") return train<pol::named<"bf16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-true+sr") return train<pol::named<"bf16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::stochastic);
+  return train<pol::named<"16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+}
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "train_fashion_mnist: %s\n"
+               "usage: train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
+               "                           [--threads T] [--seed S] [--out DIR]\n"
+               "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n",
+               why.c_str());
+  std::exit(2);
+}
+
+double number(const std::string& flag, const std::string& v, double lo, double hi) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= lo && x <= hi)) {
+    std::ostringstream s;
+    s << flag << " " << v << ": expected a number in [" << lo << ", " << hi << "]";
+    usage(s.str());
+  }
+  return x;
+}
+
+settings parse(int argc, char** argv) {
+  settings st;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") usage("help");
+    if (i + 1 >= argc) usage(flag + " needs a value");
+    const std::string v = argv[++i];
+    if (flag == "--data") st.data = v;
+    else if (flag == "--out") st.out = v;
+    else if (flag == "--epochs") st.epochs = static_cast<int>(number(flag, v, 1, 1000));
+    else if (flag == "--batch") st.batch = static_cast<index_t>(number(flag, v, 1, 60000));
+    else if (flag == "--lr") st.lr = number(flag, v, 1e-8, 10);
+    else if (flag == "--threads") st.threads = static_cast<int>(number(flag, v, 1, 1024));
+    else if (flag == "--seed") st.seed = static_cast<std::uint64_t>(number(flag, v, 0, 9007199254740992.0));
+    else if (flag == "--policies") {
+      st.policies.clear();
+      std::stringstream ss(v);
+      for (std::string p; std::getline(ss, p, ',');) {
+        if (std::find(all_policies.begin(), all_policies.end(), p) == all_policies.end()) usage("unknown policy \"" + p + "\"");
+        st.policies.push_back(p);
+      }
+      if (st.policies.empty()) usage("--policies is empty");
+    } else {
+      usage("unknown flag " + flag);
+    }
+  }
+  return st;
+}
+
+std::string json_string(const std::string& s) { return "\"" + s + "\""; }
+
+void write_outputs(const settings& st, const std::vector<result>& rows) {
+  std::filesystem::create_directories(st.out);
+  const std::string json_path = st.out + "/results.json", csv_path = st.out + "/results.csv";
+  std::ofstream j(json_path), c(csv_path);
+  if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
+  j.precision(9);
+  j << "{\n  \"settings\": {\"epochs\": " << st.epochs << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
+    << ", \"momentum\": 0.9, \"seed\": " << st.seed << ", \"threads\": " << st.threads << ", \"model\": \"MLP 784-256-128-10 ReLU\"},\n"
+    << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
+  c << "policy,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const result& r = rows[k];
+    j << "    {\"policy\": " << json_string(r.policy) << ", \"test_accuracy\": " << r.test_accuracy << ", \"final_train_loss\": " << r.final_loss
+      << ", \"seconds_per_epoch\": " << r.seconds_per_epoch << ", \"memory_mib\": " << r.memory_mib << ", \"skipped_steps\": " << r.skipped
+      << ", \"final_loss_scale\": " << r.scale << ", \"fp16_flushed_grads\": " << r.flushed << ", \"zero_grads\": " << r.zeros
+      << ", \"steps\": " << r.steps << ", \"gradient_values_sampled\": " << r.sampled << ",\n     \"curve\": [";
+    for (std::size_t i = 0; i < r.curve.size(); ++i) j << (i ? ", " : "") << r.curve[i];
+    j << "],\n     \"histogram\": [";
+    for (std::size_t i = 0; i < r.hist.size(); ++i) j << (i ? ", " : "") << r.hist[i];
+    j << "]}" << (k + 1 < rows.size() ? "," : "") << "\n";
+    c << r.policy << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
+      << r.scale << "," << r.flushed << "," << r.zeros << "\n";
+  }
+  j << "  ]\n}\n";
+  if (!j || !c) throw precis::error("train_fashion_mnist: writing " + json_path + " or " + csv_path + " failed");
+  std::printf("\nwrote %s and %s\n", json_path.c_str(), csv_path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const settings st = parse(argc, argv);
+#if defined(_OPENMP)
+  if (st.threads > 0) omp_set_num_threads(st.threads);
+#endif
+  try {
+    const auto tr = data::read_fashion_mnist(st.data, true);
+    const auto te = data::read_fashion_mnist(st.data, false);
+    std::printf("Fashion-MNIST: %lld training / %lld test images. MLP 784-256-128-10 (ReLU), cross-entropy,\n"
+                "SGD (lr %g, momentum 0.9), batch %lld, %d epochs, seed %llu.\n\n",
+                static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), st.lr,
+                static_cast<long long>(st.batch), st.epochs, static_cast<unsigned long long>(st.seed));
+    std::fflush(stdout);
+    std::vector<result> rows;
+    for (const auto& p : st.policies) rows.push_back(run(p, tr, te, st));
+    std::printf("| policy | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& r : rows) {
+      std::printf("| %s | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f |\n", r.policy.c_str(), r.test_accuracy, r.final_loss,
+                  r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
+    }
+    write_outputs(st, rows);
+  } catch (const precis::error& e) {
+    std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}
