@@ -11,11 +11,14 @@ test:
 	cmake --build --preset dev -j $(JOBS)
 	ctest --preset dev
 
+# Fashion-MNIST under every precision policy (examples/train_fashion_mnist): prints the table,
+# writes build/demo/results.{json,csv}, and build/demo/demo.md with its plots.
 demo:
 	tools/deps.sh demo
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF
-	cmake --build --preset release -j $(JOBS) --target format_table
-	./build/release/examples/format_table
+	cmake --build --preset release -j $(JOBS) --target train_fashion_mnist
+	./build/release/examples/train_fashion_mnist --out build/demo
+	python3 bench/demo_report.py build/demo/results.json build/demo
 
 bench:
 	tools/deps.sh bench

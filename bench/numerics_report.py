@@ -7,8 +7,9 @@ from the JSON.
 """
 import json
 import os
-import subprocess
 import sys
+
+from plotting import exponent_histogram, gnuplot, write_dat
 
 
 def load(path):
@@ -17,16 +18,6 @@ def load(path):
         if r.get("run_type", "iteration") == "iteration":
             out.append(r)
     return out
-
-
-def gnuplot(lines):
-    subprocess.run(["gnuplot"], input="\n".join(lines), text=True, check=True)
-
-
-def write_dat(path, rows):
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(" ".join(str(v) for v in row) + "\n")
 
 
 def short(label):
@@ -111,24 +102,9 @@ def cast_table(rows):
 
 def plot_histogram(rows, docs):
     h = next(r for r in rows if r["name"].startswith("BM_histogram"))
-    data = os.path.join(docs, "img", "exponents.dat")
-    with open(data, "w") as f:
-        for k, v in sorted(((int(k[1:]), v) for k, v in h.items() if k.startswith("e") and k[1:].lstrip("-").isdigit())):
-            f.write(f"{k} {v}\n")
-    png = os.path.join(docs, "img", "exponent_histogram.png")
-    script = [
-        "set terminal pngcairo size 900,400 font 'sans,10'", f"set output '{png}'", "set encoding utf8",
-        "set style fill solid 0.6", "set boxwidth 0.9", "set xlabel 'binade e (|x| in [2^e, 2^{e+1}))'",
-        "set ylabel 'count'", "set grid ytics", "set key top left", "set offsets 0, 0, graph 0.35, 0",
-        "set arrow from -14,graph 0 to -14,graph 1 nohead lw 2 dt 2 lc rgb '#d95f02' front",
-        "set label 'fp16 smallest normal 2^{-14}' at -13.5,graph 0.93 tc rgb '#d95f02' front",
-        "set arrow from -24,graph 0 to -24,graph 1 nohead lw 2 dt 2 lc rgb '#7570b3' front",
-        "set label 'fp16 smallest subnormal 2^{-24}' at -23.5,graph 0.84 tc rgb '#7570b3' front",
-        "set title 'exponents of the synthetic gradient data (log-uniform, 2^{20} values)'",
-        f"plot '{data}' u 1:2 w boxes lc rgb '#1b9e77' t 'count per binade'",
-    ]
-    subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
-    os.remove(data)
+    counts = {int(k[1:]): v for k, v in h.items() if k.startswith("e") and k[1:].lstrip("-").isdigit()}
+    exponent_histogram(os.path.join(docs, "img", "exponent_histogram.png"), [("count per binade", counts)],
+                       "exponents of the synthetic gradient data (log-uniform, 2^{20} values)")
     return "img/exponent_histogram.png"
 
 
@@ -255,7 +231,7 @@ def plot_errors(rows, docs):
             f"'' u 1:4 w l dt 2 lw 2 t 'γ_{{n-1}} (deterministic)', '' u 1:5 w l dt 4 lw 2 t 'γ̃_n(3) (probabilistic)'",
         ]
     script.append("unset multiplot")
-    subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    gnuplot(script)
     for _, data in panels:
         os.remove(data)
     return "img/harmonic_error.png"

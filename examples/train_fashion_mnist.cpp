@@ -17,8 +17,10 @@
 //                       gradients + the optimizer's masters and state, in MiB
 //   skipped, scale      steps the loss scaler skipped, and its final scale
 //   fp16-flushed grads  the fraction of weight-gradient values, unscaled, that are nonzero but
-//                       round to zero in fp16: what fp16 without loss scaling would lose. In
-//                       16-true the gradients already are fp16, so those values are zeros there:
+//                       round to zero in fp16: what fp16 without loss scaling would lose. Under
+//                       16-true the gradients already are fp16 and unscaled, so there it is the
+//                       fraction that are zero although the same step recomputed in fp32 (same
+//                       weights, same batch) gives a nonzero value: what it did lose.
 //   zero grads          the fraction of weight-gradient values that are exactly zero
 // Both gradient columns are sampled every 20 steps over the whole run.
 #include <unistd.h>
@@ -55,7 +57,7 @@ const std::vector<std::string> all_policies = {"32-true", "64-true", "bf16-mixed
 struct settings {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string out = "build/demo";
-  int epochs = 6;
+  int epochs = 12;
   index_t batch = 128;
   double lr = 0.05;
   int threads = 0;
@@ -113,24 +115,54 @@ void gather(const data::labelled_images& set, const std::vector<index_t>& order,
   else convert(std::span<const float>(staging.data(), static_cast<std::size_t>(rows * cols)), std::span<S>(x.data(), static_cast<std::size_t>(rows * cols)));
 }
 
-/// Adds the weight gradients (divided by the loss scale) to the histogram and counters.
+/// Adds the weight gradients (divided by the loss scale) to the histogram and counters. Without
+/// `ref`, a value counts as flushed when it is nonzero and rounds to zero in fp16; with `ref`
+/// (the same step's weight gradients recomputed in fp32), when it is zero and ref's is not.
 template <class P>
-void sample_gradients(nn::Module<P>& net, double scale, result& r) {
+void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::vector<float>* ref) {
   const double inv = 1.0 / scale;
+  std::size_t k = 0;
   net.for_each_parameter([&](auto& p) {
     if (p.name.find("weight") == std::string::npos) return;
     for (const auto& gs : p.grad) {
       const double g = static_cast<double>(static_cast<float>(gs)) * inv;
       ++r.sampled;
+      if (ref) r.flushed += g == 0 && (*ref)[k] != 0;
+      ++k;
       if (g == 0) {
         ++r.zeros;
         continue;
       }
-      if (static_cast<float>(round_to<half>(g)) == 0.0f) ++r.flushed;
+      if (!ref && static_cast<float>(round_to<half>(g)) == 0.0f) ++r.flushed;
       const int e = std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), hist_lo, hist_hi);
       ++r.hist[static_cast<std::size_t>(e - hist_lo)];
     }
   });
+}
+
+/// The weight gradients of `net`'s current weights on batch (x, y), computed in fp32: for a
+/// policy whose gradients are fp16 without scaling, what its own gradients would have been.
+template <class P, class S>
+std::vector<float> fp32_weight_gradients(nn::Module<P>& net, nn::MLP<pol::named<"32-true">>& shadow, const Tensor<S>& x,
+                                         const std::vector<std::int64_t>& y) {
+  using F = pol::named<"32-true">;
+  std::vector<nn::Parameter<float, float>*> dst;
+  shadow.for_each_parameter([&](auto& p) { dst.push_back(&p); });
+  std::size_t i = 0;
+  net.for_each_parameter([&](auto& p) {
+    auto& d = *dst[i++];
+    for (index_t j = 0; j < p.value.size(); ++j) d.value.data()[j] = static_cast<float>(p.value.data()[j]);
+  });
+  shadow.zero_grad();
+  Tape<F> tape;
+  Tensor<float> xf(x.shape());
+  for (index_t j = 0; j < x.size(); ++j) xf.data()[j] = static_cast<float>(x.data()[j]);
+  tape.backward(cross_entropy(shadow(tape.borrow(xf)), y));
+  std::vector<float> g;
+  shadow.for_each_parameter([&](auto& p) {
+    if (p.name.find("weight") != std::string::npos) g.insert(g.end(), p.grad.begin(), p.grad.end());
+  });
+  return g;
 }
 
 template <class P, class Scaler>
@@ -148,6 +180,7 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
 
   const index_t n = tr.images.shape()[0], steps_per_epoch = n / st.batch;
   const index_t curve_every = std::max<index_t>(1, steps_per_epoch / 10);
+  const index_t total_steps = steps_per_epoch * st.epochs;
   Tensor<float> staging(Shape{st.batch, 784});
   Tensor<S> xb(Shape{st.batch, 784});
   std::vector<std::int64_t> yb(static_cast<std::size_t>(st.batch));
@@ -155,6 +188,11 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   std::iota(order.begin(), order.end(), index_t{0});
   xoshiro256pp gen(st.seed);
   Tape<P> tape;
+  // fp16 gradients without loss scaling have already lost what underflows: count it against
+  // the same step recomputed in fp32
+  constexpr bool measure_against_fp32 =
+      std::is_same_v<typename P::grad_type, half> && std::is_same_v<Scaler, optim::NoLossScaler>;
+  nn::MLP<pol::named<"32-true">> shadow({784, 256, 128, 10}, nn::activation::relu, st.seed);
   progress bar(name, st.epochs);
   double seconds = 0;
   for (int e = 0; e < st.epochs; ++e) {
@@ -168,7 +206,16 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
       opt.zero_grad();
       auto loss = cross_entropy(net(tape.borrow(xb)), yb);
       opt.backward(tape, loss);
-      if (r.steps % 20 == 0) sample_gradients(net, opt.loss_scale(), r);
+      // cosine decay from lr to 0 over the run
+      opt.rule().lr = st.lr * 0.5 * (1 + std::cos(3.141592653589793 * static_cast<double>(r.steps) / static_cast<double>(total_steps)));
+      if (r.steps % 20 == 0) {
+        if constexpr (measure_against_fp32) {
+          const auto ref = fp32_weight_gradients(net, shadow, xb, yb);
+          sample_gradients(net, opt.loss_scale(), r, &ref);
+        } else {
+          sample_gradients(net, opt.loss_scale(), r, nullptr);
+        }
+      }
       opt.step();
       ++r.steps;
       const double l = loss.item();
@@ -245,12 +292,12 @@ result run(const std::string& name, const data::labelled_images& tr, const data:
   std::exit(2);
 }
 
-double number(const std::string& flag, const std::string& v, double lo, double hi) {
+double number(const std::string& flag, const std::string& v, double lo, double hi, bool integer) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !(x >= lo && x <= hi)) {
+  if (v.empty() || *end != '\0' || !(x >= lo && x <= hi) || (integer && x != std::floor(x))) {
     std::ostringstream s;
-    s << flag << " " << v << ": expected a number in [" << lo << ", " << hi << "]";
+    s << flag << " " << v << ": expected " << (integer ? "an integer" : "a number") << " in [" << lo << ", " << hi << "]";
     usage(s.str());
   }
   return x;
@@ -265,11 +312,11 @@ settings parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (flag == "--data") st.data = v;
     else if (flag == "--out") st.out = v;
-    else if (flag == "--epochs") st.epochs = static_cast<int>(number(flag, v, 1, 1000));
-    else if (flag == "--batch") st.batch = static_cast<index_t>(number(flag, v, 1, 60000));
-    else if (flag == "--lr") st.lr = number(flag, v, 1e-8, 10);
-    else if (flag == "--threads") st.threads = static_cast<int>(number(flag, v, 1, 1024));
-    else if (flag == "--seed") st.seed = static_cast<std::uint64_t>(number(flag, v, 0, 9007199254740992.0));
+    else if (flag == "--epochs") st.epochs = static_cast<int>(number(flag, v, 1, 1000, true));
+    else if (flag == "--batch") st.batch = static_cast<index_t>(number(flag, v, 1, 60000, true));
+    else if (flag == "--lr") st.lr = number(flag, v, 1e-8, 10, false);
+    else if (flag == "--threads") st.threads = static_cast<int>(number(flag, v, 1, 1024, true));
+    else if (flag == "--seed") st.seed = static_cast<std::uint64_t>(number(flag, v, 0, 9007199254740992.0, true));
     else if (flag == "--policies") {
       st.policies.clear();
       std::stringstream ss(v);
@@ -339,6 +386,10 @@ int main(int argc, char** argv) {
                   r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
     }
     write_outputs(st, rows);
+  } catch (const data::data_error& e) {
+    std::fprintf(stderr, "train_fashion_mnist: %s\n(the Debian package dataset-fashion-mnist installs the files in "
+                         "/usr/share/datasets/fashion-mnist; --data DIR reads them from elsewhere)\n", e.what());
+    return 1;
   } catch (const precis::error& e) {
     std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());
     return 1;
