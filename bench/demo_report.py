@@ -22,6 +22,19 @@ def table(rows):
     return "\n".join(lines)
 
 
+def against_reference(rows, ref_name="32-true"):
+    ref = next((r for r in rows if r["policy"] == ref_name), None)
+    if ref is None:
+        return f"({ref_name} was not run, so there is no comparison.)"
+    lines = [f"| policy | accuracy − {ref_name} (pp) | train loss / {ref_name} | time / {ref_name} | memory / {ref_name} |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['policy']} | {100 * (r['test_accuracy'] - ref['test_accuracy']):+.2f} | "
+                     f"{r['final_train_loss'] / ref['final_train_loss']:.3f} | {r['seconds_per_epoch'] / ref['seconds_per_epoch']:.2f} | "
+                     f"{r['memory_mib'] / ref['memory_mib']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(path, docs):
     data = json.load(open(path))
     st, rows = data["settings"], data["results"]
@@ -57,6 +70,10 @@ images, seed {st['seed']}; test accuracy on the 10000 test images. Every policy 
 same initial weights and sees the same batches.
 
 {table(rows)}
+
+The same numbers relative to 32-true:
+
+{against_reference(rows)}
 
 Columns:
 

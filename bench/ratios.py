@@ -61,17 +61,22 @@ def gemm_table(paths):
     peak64 = med.get("BM_peak_fma<double>")
     tile32 = med.get("BM_tile_kernel<float>")
     tile64 = med.get("BM_tile_kernel<double>")
-    print(f"Measured ceilings (1 core): fp32 FMA peak {peak32:.1f} GFLOP/s, fp64 {peak64:.1f}; "
-          f"precis tile kernel on L1-resident panels: fp32 {tile32:.1f} "
-          f"({100 * tile32 / peak32:.0f}% of peak), fp64 {tile64:.1f} ({100 * tile64 / peak64:.0f}%).\n")
+    if None not in (peak32, peak64, tile32, tile64):  # absent when a --benchmark_filter left them out
+        print(f"Measured ceilings (1 core): fp32 FMA peak {peak32:.1f} GFLOP/s, fp64 {peak64:.1f}; "
+              f"precis tile kernel on L1-resident panels: fp32 {tile32:.1f} "
+              f"({100 * tile32 / peak32:.0f}% of peak), fp64 {tile64:.1f} ({100 * tile64 / peak64:.0f}%).\n")
     rows = defaultdict(dict)
+    narrow = defaultdict(dict)
     for name, g in med.items():
         m = re.match(r"BM_(precis|eigen)_gemm<(.+?)>/n:(-?\d+)/threads:(\d+)", name)
         if not m:
             continue
         who, types, n, t = m.groups()
-        src = types.split(",")[0].replace("precis::", "").strip()
-        rows[(n, int(t))][(who, src)] = g
+        parts = [x.replace("precis::", "").strip() for x in types.split(",")]
+        if who == "precis" and len(parts) == 2 and parts[0] == parts[1] and parts[0] in ("half", "bfloat16"):
+            narrow[(n, int(t))][parts[0]] = g  # accumulating in the 16-bit format
+            continue
+        rows[(n, int(t))][(who, parts[0])] = g
     cols = [("float", peak32), ("double", peak64), ("bfloat16", peak32), ("half", peak32),
             ("float8_e4m3", peak32)]
     head = "| shape | threads |"
@@ -94,6 +99,20 @@ def gemm_table(paths):
             line += f" {e:.1f} |" if e else " - |"
             line += f" {100 * p / (peak * t):.0f}% |" if p and peak else " - |"
         print(line)
+
+    if narrow:
+        print("\nAccumulating in the 16-bit format (every product and sum rounded to it), against "
+              "Eigen's product of the same type, which does the same arithmetic:\n")
+        print("| shape | threads | bf16 precis | Eigen | ratio | fp16 precis | Eigen | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (n, t), row in sorted(narrow.items(), key=key):
+            line = f"| {MLP.get(n, f'{n}^3')} | {t} |"
+            for src in ("bfloat16", "half"):
+                p, e = row.get(src), rows[(n, t)].get(("eigen", src))
+                line += f" {p:.2f} |" if p else " - |"
+                line += f" {e:.2f} |" if e else " - |"
+                line += f" {p / e:.1f}x |" if p and e else " - |"
+            print(line)
 
 
 def tape_table(path):

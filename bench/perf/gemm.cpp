@@ -137,6 +137,10 @@ BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::half)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::float8_e4m3, float)->Apply(sizes);
+// Accumulating in the 16-bit format itself (the "-true" policies): the same arithmetic as
+// Eigen's 16-bit products above, every product and sum rounded to the format.
+BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, precis::bfloat16)->Apply(small_sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, precis::half)->Apply(small_sizes);
 
 }  // namespace
 
