@@ -138,6 +138,27 @@ class MixedPrecisionOptimizer {
     return grad_norm_;
   }
 
+  /// Treats this step as overflowed whatever the local gradients hold: step() will skip it and
+  /// back the scaler off. Data-parallel training calls it when another rank's gradients were not
+  /// finite, so every rank makes the same decision.
+  void force_found_inf() {
+    unscale();
+    found_inf_ = true;
+    grad_norm_ = std::numeric_limits<double>::infinity();
+  }
+
+  /// Copies every parameter into its master (no-op without masters). For parameters that were
+  /// overwritten after the optimizer was built: a broadcast from another rank, a manual init.
+  void refresh_masters() {
+    if constexpr (has_masters) {
+      for (slot& s : slots_) {
+        for (index_t i = 0; i < s.p->value.size(); ++i) {
+          s.master.data()[i] = precis::detail::store<master_type>(precis::detail::load<compute_type>(s.p->value.data()[i]));
+        }
+      }
+    }
+  }
+
   /// Scales the update so the unscaled gradients' global norm is at most max_norm
   /// (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
   double clip_grad_norm(double max_norm) {
