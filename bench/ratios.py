@@ -6,6 +6,7 @@ same run.
   ratios.py convert.json             conversion table (precis::convert vs scalar, memcpy, Eigen)
   ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen and the measured FMA peak
                                      (later files override rows they re-measure)
+  ratios.py --allreduce allreduce.json   all-reduce bus bandwidth vs plain MPI_Allreduce
   ratios.py --stream bench.json      element-wise / reduction GB/s vs memcpy of the same bytes
   ratios.py --tape tape.json         tape per-op ns vs the engine, MLP step ms and % of the FMA
                                      peak, step memory (bf16-mixed / 32-true)
@@ -168,8 +169,29 @@ def stream_table(path):
               f"| {kind}<{types.replace('precis::', '')}> | {n} | {bps / 1e9:.1f} | - | - |")
 
 
+def allreduce_table(path):
+    bw = medians(path, "busbw_GBs")
+    rows = defaultdict(dict)
+    for name, v in bw.items():
+        m = re.match(r"BM_(mpi|precis)_allreduce_(fp32|bf16)/bytes:(\d+)", name)
+        if m:
+            rows[int(m.group(3))][f"{m.group(1)}_{m.group(2)}"] = v  # the counter is in GB/s
+    print("| fp32 bytes | plain MPI_Allreduce GB/s | precis fp32 GB/s | ratio | precis bf16 (via fp32) GB/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for b in sorted(rows):
+        r = rows[b]
+        base = r.get("mpi_fp32")
+        cells = []
+        for k in ("precis_fp32", "precis_bf16"):
+            v = r.get(k)
+            cells.append(f"{v:.2f} | {v / base:.2f}" if v and base else "- | -")
+        print(f"| {b >> 20} MiB | {base:.2f} | " + " | ".join(cells) + " |")
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--tape":
+    if sys.argv[1] == "--allreduce":
+        allreduce_table(sys.argv[2])
+    elif sys.argv[1] == "--tape":
         tape_table(sys.argv[2])
     elif sys.argv[1] == "--gemm":
         gemm_table(sys.argv[2:])

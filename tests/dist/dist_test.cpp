@@ -5,6 +5,8 @@
 //
 // `dist_tests --die-rank R --die-at-step K` is not a test suite: rank R kills itself at step K
 // of a training loop, and ctest checks that the job ends with a clear error instead of hanging.
+// `--stall-rank R --die-at-step K`: rank R stops calling collectives (sleeps) instead, and the
+// other ranks' deadline (5 s here) must end the job with a message naming the collective.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -19,6 +21,7 @@
 #include <precis/optim/optim.hpp>
 #include <precis/precis.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace precis;
@@ -315,11 +318,12 @@ class rank_failure_printer : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
-/// rank `die_rank` kills itself (SIGKILL: no cleanup, no MPI_Finalize) at step `die_at`.
-int die_mode(int die_rank, int die_at) {
+/// Rank `die_rank` kills itself (SIGKILL: no cleanup, no MPI_Finalize) or, with `stall`,
+/// sleeps for a minute, at step `die_at`.
+int die_mode(int die_rank, int die_at, bool stall) {
   using P = pol::named<"32-true">;
   auto& w = world();
-  w.set_timeout(std::chrono::seconds(20));  // for MPIs that do not end the job themselves
+  w.set_timeout(std::chrono::seconds(stall ? 5 : 20));
   const problem data(3);
   const auto x = data.rows(w.rank(), w.size());
   const auto y = data.labels(w.rank(), w.size());
@@ -329,7 +333,10 @@ int die_mode(int die_rank, int die_at) {
   Tape<P> tape;
   try {
     for (int step = 0; step < 1000; ++step) {
-      if (w.rank() == die_rank && step == die_at) std::raise(SIGKILL);
+      if (w.rank() == die_rank && step == die_at) {
+        if (stall) std::this_thread::sleep_for(std::chrono::seconds(60));
+        else std::raise(SIGKILL);
+      }
       tape.reset();
       opt.zero_grad();
       dp.backward(tape, cross_entropy(net(tape.borrow(x)), y));
@@ -348,8 +355,9 @@ int die_mode(int die_rank, int die_at) {
 int main(int argc, char** argv) {
   dist::environment env(argc, argv);
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--die-rank") == 0 && i + 3 < argc && std::strcmp(argv[i + 2], "--die-at-step") == 0) {
-      return die_mode(std::atoi(argv[i + 1]), std::atoi(argv[i + 3]));
+    const bool die = std::strcmp(argv[i], "--die-rank") == 0, stall = std::strcmp(argv[i], "--stall-rank") == 0;
+    if ((die || stall) && i + 3 < argc && std::strcmp(argv[i + 2], "--die-at-step") == 0) {
+      return die_mode(std::atoi(argv[i + 1]), std::atoi(argv[i + 3]), stall);
     }
   }
   ::testing::InitGoogleTest(&argc, argv);
