@@ -23,7 +23,8 @@ demo:
 bench:
 	tools/deps.sh bench
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
-	cmake --build --preset release -j $(JOBS) --target bench_convert bench_gemm bench_elementwise bench_reduce bench_tape bench_optimizer
+	cmake --build --preset release -j $(JOBS) --target bench_convert bench_gemm bench_elementwise bench_reduce bench_tape bench_optimizer \
+	  $$(grep -q '^MPIEXEC_EXECUTABLE:FILEPATH=/' build/release/CMakeCache.txt && echo bench_allreduce)
 	mkdir -p build/bench
 	for b in convert gemm elementwise reduce tape optimizer; do \
 	  ./build/release/bench/perf/bench_$$b --benchmark_repetitions=5 \
@@ -34,6 +35,11 @@ bench:
 	python3 bench/ratios.py --stream build/bench/elementwise.json
 	python3 bench/ratios.py --stream build/bench/reduce.json
 	python3 bench/ratios.py --tape build/bench/tape.json
+	@if [ -x build/release/bench/perf/bench_allreduce ]; then \
+	  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 build/release/bench/perf/bench_allreduce \
+	    --benchmark_repetitions=7 --benchmark_report_aggregates_only=true --benchmark_format=json > build/bench/allreduce.json \
+	  && python3 bench/ratios.py --allreduce build/bench/allreduce.json; \
+	else echo "bench_allreduce not built (no MPI found): skipped"; fi
 
 # The rounding-error and underflow suite: runs bench/numerics and regenerates docs/numerics.md
 # and its plots from the JSON.

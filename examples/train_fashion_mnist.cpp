@@ -2,7 +2,12 @@
 // Fashion-MNIST under every named precision policy, side by side. `make demo` runs it.
 //
 //   train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]
-//                       [--threads T] [--seed S] [--out DIR]
+//                       [--threads T] [--seed S] [--out DIR] [--distributed]
+//
+// --distributed (builds with MPI): run under `mpirun -np N`; each rank takes B / N rows of every
+// global batch of B, gradients are averaged over the ranks (precis::dist::DataParallel), and
+// rank 0 evaluates, prints and writes the results. The gradient columns then describe rank
+// 0's own shard, before the average.
 //
 // LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed bf16-true bf16-true+sr
 // 16-true (default: all, in that order). Prints one Markdown table and writes DIR/results.json
@@ -46,6 +51,10 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
+#if PRECIS_HAS_MPI
+#include <optional>
+#include <precis/dist/dist.hpp>
+#endif
 
 using namespace precis;
 namespace pol = precis::policy;
@@ -63,6 +72,15 @@ struct settings {
   int threads = 0;
   std::uint64_t seed = 1;
   std::vector<std::string> policies = all_policies;
+  bool distributed = false;
+};
+
+/// This process's place in a --distributed run (rank 0 of 1 otherwise).
+struct cluster {
+  int rank = 0, size = 1;
+#if PRECIS_HAS_MPI
+  dist::communicator* comm = nullptr;
+#endif
 };
 
 /// Binades of |g| from 2^-40 to 2^0 (everything smaller lands in the first, larger in the last).
@@ -81,9 +99,10 @@ struct result {
 /// One line that redraws itself on a terminal, plain lines otherwise.
 class progress {
  public:
-  progress(std::string name, int epochs) : name_(std::move(name)), epochs_(epochs), tty_(::isatty(STDERR_FILENO) != 0) {}
+  progress(std::string name, int epochs, bool quiet)
+      : name_(std::move(name)), epochs_(epochs), tty_(::isatty(STDERR_FILENO) != 0), quiet_(quiet) {}
   void update(int epoch, double fraction, double loss) {
-    if (!tty_) return;
+    if (!tty_ || quiet_) return;
     const int width = 30, filled = static_cast<int>(fraction * width);
     std::fprintf(stderr, "\r%-13s epoch %d/%d [%s%s] %3d%%  loss %.4f ", name_.c_str(), epoch + 1, epochs_,
                  std::string(static_cast<std::size_t>(filled), '#').c_str(), std::string(static_cast<std::size_t>(width - filled), '.').c_str(),
@@ -91,6 +110,7 @@ class progress {
     std::fflush(stderr);
   }
   void epoch_done(int epoch, double loss, double seconds) {
+    if (quiet_) return;
     if (tty_) std::fprintf(stderr, "\r%-13s epoch %d/%d  loss %.4f  %.1f s%40s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds, "");
     else std::fprintf(stderr, "%s epoch %d/%d: train loss %.4f, %.1f s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds);
   }
@@ -98,7 +118,7 @@ class progress {
  private:
   std::string name_;
   int epochs_;
-  bool tty_;
+  bool tty_, quiet_;
 };
 
 /// Rows [first, first + rows) of `order` gathered from `images` into `x` (converted once).
@@ -167,7 +187,7 @@ std::vector<float> fp32_weight_gradients(nn::Module<P>& net, nn::MLP<pol::named<
 
 template <class P, class Scaler>
 result train(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
-             Scaler scaler, optim::update_rounding how) {
+             const cluster& cl, Scaler scaler, optim::update_rounding how) {
   using S = typename P::param_type;
   result r;
   r.policy = name;
@@ -177,13 +197,19 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   o.rounding = how;
   o.seed = st.seed;
   optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = st.lr, .momentum = 0.9}, scaler, o);
+#if PRECIS_HAS_MPI
+  std::optional<dist::DataParallel<P, optim::SGD, Scaler>> dp;
+  if (cl.comm) dp.emplace(*cl.comm, net, opt);
+#endif
 
+  // this rank's rows of each global batch
+  const index_t local = st.batch / cl.size, first_row = local * cl.rank;
   const index_t n = tr.images.shape()[0], steps_per_epoch = n / st.batch;
   const index_t curve_every = std::max<index_t>(1, steps_per_epoch / 10);
   const index_t total_steps = steps_per_epoch * st.epochs;
-  Tensor<float> staging(Shape{st.batch, 784});
-  Tensor<S> xb(Shape{st.batch, 784});
-  std::vector<std::int64_t> yb(static_cast<std::size_t>(st.batch));
+  Tensor<float> staging(Shape{local, 784});
+  Tensor<S> xb(Shape{local, 784});
+  std::vector<std::int64_t> yb(static_cast<std::size_t>(local));
   std::vector<index_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), index_t{0});
   xoshiro256pp gen(st.seed);
@@ -193,7 +219,7 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   constexpr bool measure_against_fp32 =
       std::is_same_v<typename P::grad_type, half> && std::is_same_v<Scaler, optim::NoLossScaler>;
   nn::MLP<pol::named<"32-true">> shadow({784, 256, 128, 10}, nn::activation::relu, st.seed);
-  progress bar(name, st.epochs);
+  progress bar(name, st.epochs, cl.rank != 0);
   double seconds = 0;
   for (int e = 0; e < st.epochs; ++e) {
     // a fresh permutation every epoch, the same for every policy
@@ -201,14 +227,14 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
     const auto t0 = std::chrono::steady_clock::now();
     double epoch_loss = 0, window = 0;
     for (index_t s = 0; s < steps_per_epoch; ++s) {
-      gather(tr, order, s * st.batch, staging, xb, yb);
+      gather(tr, order, s * st.batch + first_row, staging, xb, yb);
       tape.reset();
       opt.zero_grad();
       auto loss = cross_entropy(net(tape.borrow(xb)), yb);
       opt.backward(tape, loss);
       // cosine decay from lr to 0 over the run
       opt.rule().lr = st.lr * 0.5 * (1 + std::cos(3.141592653589793 * static_cast<double>(r.steps) / static_cast<double>(total_steps)));
-      if (r.steps % 20 == 0) {
+      if (r.steps % 20 == 0 && cl.rank == 0) {
         if constexpr (measure_against_fp32) {
           const auto ref = fp32_weight_gradients(net, shadow, xb, yb);
           sample_gradients(net, opt.loss_scale(), r, &ref);
@@ -216,7 +242,16 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
           sample_gradients(net, opt.loss_scale(), r, nullptr);
         }
       }
+#if PRECIS_HAS_MPI
+      if (dp) {
+        dp->reduce_gradients();
+        dp->step();
+      } else {
+        opt.step();
+      }
+#else
       opt.step();
+#endif
       ++r.steps;
       const double l = loss.item();
       epoch_loss += l;
@@ -230,6 +265,9 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds += secs;
     r.final_loss = epoch_loss / static_cast<double>(steps_per_epoch);
+#if PRECIS_HAS_MPI
+    if (cl.comm) cl.comm->allreduce(std::span<double>(&r.final_loss, 1), dist::reduce_op::mean);  // over all shards
+#endif
     bar.epoch_done(e, r.final_loss, secs);
   }
   r.seconds_per_epoch = seconds / st.epochs;
@@ -245,6 +283,7 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   r.memory_mib = static_cast<double>(tape.arena().peak_bytes() + tape.scratch_arena().peak_bytes() + model_bytes + opt.state_bytes()) /
                  (1024.0 * 1024.0);
 
+  if (cl.rank != 0) return r;  // rank 0 evaluates and reports
   // test accuracy, forward only, in chunks of 1000 images
   const index_t m = te.images.shape()[0], chunk = 1000;
   Tensor<float> tstaging(Shape{chunk, 784});
@@ -270,23 +309,24 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   return r;
 }
 
-result run(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st) {
+result run(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
+           const cluster& cl) {
   using optim::update_rounding;
   using optim::NoLossScaler;
-  if (name == "32-true") return train<pol::named<"32-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
-  if (name == "64-true") return train<pol::named<"64-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-mixed") return train<pol::named<"bf16-mixed">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
-  if (name == "16-mixed") return train<pol::named<"16-mixed">>(name, tr, te, st, optim::DynamicLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-true") return train<pol::named<"bf16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-true+sr") return train<pol::named<"bf16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::stochastic);
-  return train<pol::named<"16-true">>(name, tr, te, st, NoLossScaler{}, update_rounding::nearest);
+  if (name == "32-true") return train<pol::named<"32-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
+  if (name == "64-true") return train<pol::named<"64-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-mixed") return train<pol::named<"bf16-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
+  if (name == "16-mixed") return train<pol::named<"16-mixed">>(name, tr, te, st, cl, optim::DynamicLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-true") return train<pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
+  if (name == "bf16-true+sr") return train<pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::stochastic);
+  return train<pol::named<"16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
 }
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "train_fashion_mnist: %s\n"
                "usage: train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
-               "                           [--threads T] [--seed S] [--out DIR]\n"
+               "                           [--threads T] [--seed S] [--out DIR] [--distributed]\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n",
                why.c_str());
   std::exit(2);
@@ -308,6 +348,10 @@ settings parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("help");
+    if (flag == "--distributed") {
+      st.distributed = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string v = argv[++i];
     if (flag == "--data") st.data = v;
@@ -334,13 +378,13 @@ settings parse(int argc, char** argv) {
 
 std::string json_string(const std::string& s) { return "\"" + s + "\""; }
 
-void write_outputs(const settings& st, const std::vector<result>& rows) {
+void write_outputs(const settings& st, int ranks, const std::vector<result>& rows) {
   std::filesystem::create_directories(st.out);
   const std::string json_path = st.out + "/results.json", csv_path = st.out + "/results.csv";
   std::ofstream j(json_path), c(csv_path);
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
   j.precision(9);
-  j << "{\n  \"settings\": {\"epochs\": " << st.epochs << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
+  j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"epochs\": " << st.epochs << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
     << ", \"momentum\": 0.9, \"seed\": " << st.seed << ", \"threads\": " << st.threads << ", \"model\": \"MLP 784-256-128-10 ReLU\"},\n"
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
   c << "policy,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
@@ -366,32 +410,55 @@ void write_outputs(const settings& st, const std::vector<result>& rows) {
 
 int main(int argc, char** argv) {
   const settings st = parse(argc, argv);
+  cluster cl;
+#if PRECIS_HAS_MPI
+  std::optional<dist::environment> env;
+  std::optional<dist::communicator> comm;
+  if (st.distributed) {
+    env.emplace(argc, argv);
+    comm.emplace();
+    cl = {comm->rank(), comm->size(), &*comm};
+  }
+#else
+  if (st.distributed) usage("--distributed: this build has no MPI (install libopenmpi-dev and openmpi-bin, then rebuild)");
+#endif
+  if (st.batch % cl.size != 0) {
+    usage("--batch " + std::to_string(st.batch) + " over " + std::to_string(cl.size) + " ranks: expected a multiple of the rank count");
+  }
 #if defined(_OPENMP)
   if (st.threads > 0) omp_set_num_threads(st.threads);
 #endif
   try {
     const auto tr = data::read_fashion_mnist(st.data, true);
     const auto te = data::read_fashion_mnist(st.data, false);
-    std::printf("Fashion-MNIST: %lld training / %lld test images. MLP 784-256-128-10 (ReLU), cross-entropy,\n"
-                "SGD (lr %g, momentum 0.9), batch %lld, %d epochs, seed %llu.\n\n",
-                static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), st.lr,
-                static_cast<long long>(st.batch), st.epochs, static_cast<unsigned long long>(st.seed));
-    std::fflush(stdout);
+    if (cl.rank == 0) {
+      std::printf("Fashion-MNIST: %lld training / %lld test images. MLP 784-256-128-10 (ReLU), cross-entropy,\n"
+                  "SGD (lr %g, momentum 0.9), batch %lld, %d epochs, seed %llu",
+                  static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), st.lr,
+                  static_cast<long long>(st.batch), st.epochs, static_cast<unsigned long long>(st.seed));
+      if (cl.size > 1) std::printf(", %d ranks of %lld rows each", cl.size, static_cast<long long>(st.batch / cl.size));
+      std::printf(".\n\n");
+      std::fflush(stdout);
+    }
     std::vector<result> rows;
-    for (const auto& p : st.policies) rows.push_back(run(p, tr, te, st));
+    for (const auto& p : st.policies) rows.push_back(run(p, tr, te, st, cl));
+    if (cl.rank != 0) return 0;
     std::printf("| policy | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : rows) {
       std::printf("| %s | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f |\n", r.policy.c_str(), r.test_accuracy, r.final_loss,
                   r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
     }
-    write_outputs(st, rows);
+    write_outputs(st, cl.size, rows);
   } catch (const data::data_error& e) {
     std::fprintf(stderr, "train_fashion_mnist: %s\n(the Debian package dataset-fashion-mnist installs the files in "
                          "/usr/share/datasets/fashion-mnist; --data DIR reads them from elsewhere)\n", e.what());
     return 1;
   } catch (const precis::error& e) {
     std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());
+#if PRECIS_HAS_MPI
+    if (cl.comm) cl.comm->abort(1);  // the other ranks would wait for this one
+#endif
     return 1;
   }
 }
