@@ -2,12 +2,13 @@
 // Fashion-MNIST under every named precision policy, side by side. `make demo` runs it.
 //
 //   train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]
-//                       [--threads T] [--seed S] [--out DIR] [--distributed]
+//                       [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
 //
 // --distributed (builds with MPI): run under `mpirun -np N`; each rank takes B / N rows of every
 // global batch of B, gradients are averaged over the ranks (precis::dist::DataParallel), and
 // rank 0 evaluates, prints and writes the results. The gradient columns then describe rank
-// 0's own shard, before the average.
+// 0's own shard, before the average. --compress-bf16 sends the gradients as bf16 with error
+// feedback (DataParallel::options::compress_bf16).
 //
 // LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed bf16-true bf16-true+sr
 // 16-true (default: all, in that order). Prints one Markdown table and writes DIR/results.json
@@ -72,7 +73,7 @@ struct settings {
   int threads = 0;
   std::uint64_t seed = 1;
   std::vector<std::string> policies = all_policies;
-  bool distributed = false;
+  bool distributed = false, compress_bf16 = false;
 };
 
 /// This process's place in a --distributed run (rank 0 of 1 otherwise).
@@ -199,7 +200,11 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = st.lr, .momentum = 0.9}, scaler, o);
 #if PRECIS_HAS_MPI
   std::optional<dist::DataParallel<P, optim::SGD, Scaler>> dp;
-  if (cl.comm) dp.emplace(*cl.comm, net, opt);
+  if (cl.comm) {
+    typename dist::DataParallel<P, optim::SGD, Scaler>::options dpo;
+    dpo.compress_bf16 = st.compress_bf16;
+    dp.emplace(*cl.comm, net, opt, dpo);
+  }
 #endif
 
   // this rank's rows of each global batch
@@ -326,7 +331,7 @@ result run(const std::string& name, const data::labelled_images& tr, const data:
   std::fprintf(stderr,
                "train_fashion_mnist: %s\n"
                "usage: train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
-               "                           [--threads T] [--seed S] [--out DIR] [--distributed]\n"
+               "                           [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n",
                why.c_str());
   std::exit(2);
@@ -350,6 +355,10 @@ settings parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") usage("help");
     if (flag == "--distributed") {
       st.distributed = true;
+      continue;
+    }
+    if (flag == "--compress-bf16") {
+      st.compress_bf16 = true;
       continue;
     }
     if (i + 1 >= argc) usage(flag + " needs a value");
@@ -385,7 +394,7 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
   j.precision(9);
   j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"epochs\": " << st.epochs << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
-    << ", \"momentum\": 0.9, \"seed\": " << st.seed << ", \"threads\": " << st.threads << ", \"model\": \"MLP 784-256-128-10 ReLU\"},\n"
+    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"threads\": " << st.threads << ", \"model\": \"MLP 784-256-128-10 ReLU\"},\n"
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
   c << "policy,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
   for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -422,6 +431,7 @@ int main(int argc, char** argv) {
 #else
   if (st.distributed) usage("--distributed: this build has no MPI (install libopenmpi-dev and openmpi-bin, then rebuild)");
 #endif
+  if (st.compress_bf16 && !st.distributed) usage("--compress-bf16 applies to --distributed runs");
   if (st.batch % cl.size != 0) {
     usage("--batch " + std::to_string(st.batch) + " over " + std::to_string(cl.size) + " ranks: expected a multiple of the rank count");
   }

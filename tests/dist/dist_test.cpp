@@ -30,6 +30,11 @@ using dist::reduce_op;
 
 namespace {
 
+struct parameter_ref {
+  float* g;
+  std::size_t n;
+};
+
 dist::communicator& world() {
   static dist::communicator c;
   return c;
@@ -253,6 +258,66 @@ TEST(DataParallel, AnOverflowOnOneRankSkipsTheStepEverywhere) {
     for (double s : scales) EXPECT_EQ(s, scale) << "step " << step;
   }
   EXPECT_EQ(opt.scaler().state().skipped, 2);
+}
+
+TEST(DataParallel, Bf16CompressionWithErrorFeedbackStaysWithinOneRounding) {
+  // Each rank's gradient g_r is the same every step (values with many bits). One step sends
+  // bf16(g_r): the mean is off by up to 2^-8 sum_r |g_r| / n. Over K steps error feedback
+  // re-sends what rounding dropped, so the sum of the K means is within one such rounding of
+  // K * mean (plain rounding would be off by K times it: the error is systematic here).
+  using P = pol::named<"32-true">;
+  auto& w = world();
+  const int n = w.size();
+  nn::Linear<P> net(features, classes, 4);
+  optim::MixedPrecisionOptimizer opt(net, optim::SGD{.lr = 0.1}, optim::NoLossScaler{});
+  dist::DataParallel<P, optim::SGD, optim::NoLossScaler>::options o;
+  o.compress_bf16 = true;
+  o.bucket_bytes = 40;  // several buckets, the last one short
+  dist::DataParallel dp(w, net, opt, o);
+  auto grad_of = [](int rank, std::size_t i) { return std::sin(1.0 + 0.37 * static_cast<double>(i) + 0.11 * rank) * (1 + 1e-3 * rank); };
+  std::vector<parameter_ref> params;
+  net.for_each_parameter([&](auto& p) { params.push_back({p.grad.data(), static_cast<std::size_t>(p.grad.size())}); });
+  const double ub = std::ldexp(1.0, -8), u = std::ldexp(1.0, -24);
+  constexpr int K = 64;
+  std::vector<double> total;
+  double worst_first = 0;
+  for (int step = 0; step < K; ++step) {
+    std::size_t k = 0;
+    for (auto& p : params)
+      for (std::size_t i = 0; i < p.n; ++i, ++k) p.g[i] = static_cast<float>(grad_of(w.rank(), k));
+    dp.reduce_gradients();
+    k = 0;
+    if (total.empty()) {
+      for (auto& p : params) total.resize(total.size() + p.n, 0.0);
+    }
+    for (auto& p : params) {
+      for (std::size_t i = 0; i < p.n; ++i, ++k) {
+        double mean = 0, mag = 0;
+        for (int r = 0; r < n; ++r) {
+          mean += static_cast<float>(grad_of(r, k));
+          mag += std::abs(static_cast<float>(grad_of(r, k)));
+        }
+        mean /= n;
+        mag /= n;
+        const double err = std::abs(p.g[i] - mean);
+        if (step == 0) {
+          ASSERT_LE(err, ub * mag + 2 * n * u * mag) << "element " << k;  // one bf16 rounding per rank, fp32 sum and scaling
+          worst_first = std::max(worst_first, err / mag);
+        }
+        total[k] += p.g[i];
+        if (step == K - 1) {
+          // one bf16 rounding of g + e per rank (|e| <= 2^-8 |g|), plus K steps of fp32 rounding
+          ASSERT_LE(std::abs(total[k] - K * mean), ub * (1 + ub) * mag + K * 2 * n * u * mag) << "element " << k;
+        }
+      }
+    }
+    // every rank holds the same bits
+    std::vector<float> mine;
+    for (auto& p : params) mine.insert(mine.end(), p.g, p.g + p.n);
+    const auto all = w.allgather(std::span<const float>(mine));
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], mine[i % mine.size()]);
+  }
+  EXPECT_GT(worst_first, 1e-4) << "bf16 rounding should lose bits here, or the test shows nothing";
 }
 
 std::string shared_path(const std::string& name) {

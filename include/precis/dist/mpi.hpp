@@ -263,13 +263,25 @@ class communicator {
   template <class T>
     requires std::is_trivially_copyable_v<T>
   std::vector<T> allgather(std::span<const T> mine) const {
-    check_same_count("allgather", mine.size());
     std::vector<T> out(mine.size() * static_cast<std::size_t>(size_));
+    allgather(mine, std::span<T>(out));
+    return out;
+  }
+
+  /// allgather into a caller's buffer of size() * mine.size() elements (no allocation).
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void allgather(std::span<const T> mine, std::span<T> out) const {
+    check_same_count("allgather", mine.size());
+    if (out.size() != mine.size() * static_cast<std::size_t>(size_)) {
+      throw dist_error("precis::dist::allgather: output of " + std::to_string(out.size()) + " elements for " +
+                       std::to_string(mine.size()) + " per rank on " + std::to_string(size_) + " ranks; expected " +
+                       std::to_string(mine.size() * static_cast<std::size_t>(size_)));
+    }
     guarded("allgather of " + std::to_string(mine.size_bytes()) + " bytes per rank", [&] {
       return MPI_Allgather(mine.data(), static_cast<int>(mine.size_bytes()), MPI_BYTE, out.data(),
                            static_cast<int>(mine.size_bytes()), MPI_BYTE, comm_);
     });
-    return out;
   }
 
   // ---- tensors (contiguous) ---------------------------------------------------------------
