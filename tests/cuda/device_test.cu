@@ -1,0 +1,124 @@
+// Device tensors and conversions (include/precis/cuda/device.cuh). Without --device (label
+// `cuda`, runs in CI without a GPU): with no device, allocating is a cuda_error that names
+// cudaMalloc. With --device (label `gpu`; exit 77, skipped, without a device): copies round-trip,
+// shape mismatches are named, and every fp16 and bf16 pattern widened, plus 2^20 fp32 values
+// (every binade, subnormals, overflow, specials) narrowed, give the host precis::convert's bits.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <precis/cuda/device.cuh>
+#include <precis/precis.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) {
+    std::printf("FAILED: %s\n", what.c_str());
+    ++failures;
+  }
+}
+
+template <class T>
+std::uint32_t bits_of(T x) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof(T));
+  return b;
+}
+
+template <class T>
+bool same(T a, T b) {
+  const float fa = static_cast<float>(a), fb = static_cast<float>(b);
+  if (std::isnan(fa) || std::isnan(fb)) return std::isnan(fa) && std::isnan(fb);
+  return bits_of(a) == bits_of(b);
+}
+
+/// Device conversion src -> To against the host's, element by element.
+template <class To, class From>
+int mismatches(const precis::Tensor<From>& src) {
+  auto d = precis::cuda::DeviceTensor<From>::from_host(src);
+  precis::cuda::DeviceTensor<To> out(src.shape());
+  precis::cuda::convert(d, out);
+  const auto got = out.to_host();
+  precis::Tensor<To> want(src.shape());
+  precis::convert(std::span<const From>(src.data(), static_cast<std::size_t>(src.size())),
+                  std::span<To>(want.data(), static_cast<std::size_t>(want.size())));
+  int bad = 0;
+  for (precis::index_t i = 0; i < src.size(); ++i) bad += !same(got.data()[i], want.data()[i]);
+  return bad;
+}
+
+int run_host() {
+  if (precis::cuda::device_count() > 0) {
+    std::printf("a CUDA device is present: the no-device error path is not exercised here\n");
+    return 0;
+  }
+  try {
+    precis::cuda::DeviceTensor<float> t(precis::Shape{4});
+    expect(false, "allocating without a device did not throw");
+  } catch (const precis::cuda::cuda_error& e) {
+    expect(std::string(e.what()).find("cudaMalloc of 16 bytes") != std::string::npos, std::string("message: ") + e.what());
+  }
+  std::printf("%s\n", failures == 0 ? "no device: allocation is a named cuda_error" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+int run_device() {
+  if (precis::cuda::device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  using precis::bfloat16;
+  using precis::half;
+  using precis::Shape;
+  using precis::Tensor;
+  // round trip
+  Tensor<float> x(Shape{3, 5});
+  for (precis::index_t i = 0; i < x.size(); ++i) x.data()[i] = 0.1f * static_cast<float>(i) - 0.7f;
+  const auto back = precis::cuda::DeviceTensor<float>::from_host(x).to_host();
+  expect(std::memcmp(back.data(), x.data(), sizeof(float) * 15) == 0, "host -> device -> host");
+  try {
+    precis::cuda::DeviceTensor<float> d(Shape{5, 3});
+    d.copy_from(x);
+    expect(false, "copy_from [3, 5] into [5, 3] did not throw");
+  } catch (const precis::shape_error& e) {
+    expect(std::string(e.what()).find("[3, 5]") != std::string::npos, std::string("message: ") + e.what());
+  }
+  // every 16-bit pattern widened
+  Tensor<half> hp(Shape{65536});
+  Tensor<bfloat16> bp(Shape{65536});
+  for (int i = 0; i < 65536; ++i) {
+    const auto u = static_cast<std::uint16_t>(i);
+    std::memcpy(hp.data() + i, &u, 2);
+    std::memcpy(bp.data() + i, &u, 2);
+  }
+  expect(mismatches<float>(hp) == 0, "fp16 -> fp32, every pattern");
+  expect(mismatches<float>(bp) == 0, "bf16 -> fp32, every pattern");
+  expect(mismatches<bfloat16>(hp) == 0, "fp16 -> bf16, every pattern");
+  expect(mismatches<half>(bp) == 0, "bf16 -> fp16, every pattern");
+  // fp32 values over every binade, both signs, narrowed
+  Tensor<float> f(Shape{1 << 20});
+  precis::fill_log_uniform(f, -149, 128, 3, true);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 65519.99f, 5.9604645e-8f, 2.9802322e-8f,
+                            1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 3.4028235e38f};
+  for (std::size_t i = 0; i < sizeof(specials) / sizeof(float); ++i) f.data()[i] = specials[i];
+  expect(mismatches<half>(f) == 0, "fp32 -> fp16, 2^20 values");
+  expect(mismatches<bfloat16>(f) == 0, "fp32 -> bf16, 2^20 values");
+  std::printf("%s\n", failures == 0 ? "device tensors and conversions: all match the host" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1 && std::strcmp(argv[1], "--device") == 0) return run_device();
+    return run_host();
+  } catch (const precis::error& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+}
