@@ -167,6 +167,12 @@ struct avx2_narrow<half> {
   PRECIS_TARGET_AVX2 static __m256 round(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
+  /// 16 lanes that already hold fp16 values, stored as fp16 (exact).
+  PRECIS_TARGET_AVX2 static void store16(half* p, __m256 lo, __m256 hi) {
+    const __m128i a = _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i b = _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_set_m128i(b, a));
+  }
 };
 
 template <>
@@ -193,6 +199,13 @@ struct avx2_narrow<bfloat16> {
     const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qnan), nan);
   }
+  /// 16 lanes that already hold bf16 values (low 16 bits zero), stored as bf16.
+  PRECIS_TARGET_AVX2 static void store16(bfloat16* p, __m256 lo, __m256 hi) {
+    const __m256i a = _mm256_srli_epi32(_mm256_castps_si256(lo), 16), b = _mm256_srli_epi32(_mm256_castps_si256(hi), 16);
+    // packus works within 128-bit lanes: [a0..3 b0..3 a4..7 b4..7] -> reorder the 64-bit quarters
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+  }
 };
 
 /// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) in the arithmetic of the 16-bit T:
@@ -214,6 +227,24 @@ PRECIS_TARGET_AVX2 void avx2_narrow_tile_kernel(index_t kc, const T* __restrict 
     }
     a += 6;
     b += 16;
+  }
+  if (mr == 6 && nr == 16 && cs_c == 1) {
+    // the portable epilogue's roundings, in the lanes: t = round(alpha ab), then
+    // c = t or round(t + round(beta c))
+    const __m256 va = _mm256_set1_ps(static_cast<float>(alpha)), vb = _mm256_set1_ps(static_cast<float>(beta));
+    const bool read_c = beta != T(0);
+    for (int i = 0; i < 6; ++i) {
+      T* ci = c + i * rs_c;
+      __m256 t0 = N::round(_mm256_mul_ps(va, acc[i][0])), t1 = N::round(_mm256_mul_ps(va, acc[i][1]));
+      if (read_c) {
+        __m256 c0, c1;
+        N::load16(ci, c0, c1);
+        t0 = N::round(_mm256_add_ps(t0, N::round(_mm256_mul_ps(vb, c0))));
+        t1 = N::round(_mm256_add_ps(t1, N::round(_mm256_mul_ps(vb, c1))));
+      }
+      N::store16(ci, t0, t1);
+    }
+    return;
   }
   alignas(32) float ab[6 * 16];
   for (int i = 0; i < 6; ++i) {
