@@ -11,23 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "support.cuh"
+
 namespace {
 
-int failures = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) {
-    std::printf("FAILED: %s\n", what.c_str());
-    ++failures;
-  }
-}
-
-template <class T>
-std::uint32_t bits_of(T x) {
-  std::uint32_t b = 0;
-  std::memcpy(&b, &x, sizeof(T));
-  return b;
-}
+using cuda_test::bits_of;
+using cuda_test::failures;
+using cuda_test::check;
 
 template <class T>
 bool same(T a, T b) {
@@ -58,9 +48,9 @@ int run_host() {
   }
   try {
     precis::cuda::DeviceTensor<float> t(precis::Shape{4});
-    expect(false, "allocating without a device did not throw");
+    check(false, "allocating without a device did not throw");
   } catch (const precis::cuda::cuda_error& e) {
-    expect(std::string(e.what()).find("cudaMalloc of 16 bytes") != std::string::npos, std::string("message: ") + e.what());
+    check(std::string(e.what()).find("cudaMalloc of 16 bytes") != std::string::npos, std::string("message: ") + e.what());
   }
   std::printf("%s\n", failures == 0 ? "no device: allocation is a named cuda_error" : "failed");
   return failures == 0 ? 0 : 1;
@@ -79,13 +69,13 @@ int run_device() {
   Tensor<float> x(Shape{3, 5});
   for (precis::index_t i = 0; i < x.size(); ++i) x.data()[i] = 0.1f * static_cast<float>(i) - 0.7f;
   const auto back = precis::cuda::DeviceTensor<float>::from_host(x).to_host();
-  expect(std::memcmp(back.data(), x.data(), sizeof(float) * 15) == 0, "host -> device -> host");
+  check(std::memcmp(back.data(), x.data(), sizeof(float) * 15) == 0, "host -> device -> host");
   try {
     precis::cuda::DeviceTensor<float> d(Shape{5, 3});
     d.copy_from(x);
-    expect(false, "copy_from [3, 5] into [5, 3] did not throw");
+    check(false, "copy_from [3, 5] into [5, 3] did not throw");
   } catch (const precis::shape_error& e) {
-    expect(std::string(e.what()).find("[3, 5]") != std::string::npos, std::string("message: ") + e.what());
+    check(std::string(e.what()).find("[3, 5]") != std::string::npos, std::string("message: ") + e.what());
   }
   // every 16-bit pattern widened
   Tensor<half> hp(Shape{65536});
@@ -95,18 +85,18 @@ int run_device() {
     std::memcpy(hp.data() + i, &u, 2);
     std::memcpy(bp.data() + i, &u, 2);
   }
-  expect(mismatches<float>(hp) == 0, "fp16 -> fp32, every pattern");
-  expect(mismatches<float>(bp) == 0, "bf16 -> fp32, every pattern");
-  expect(mismatches<bfloat16>(hp) == 0, "fp16 -> bf16, every pattern");
-  expect(mismatches<half>(bp) == 0, "bf16 -> fp16, every pattern");
+  check(mismatches<float>(hp) == 0, "fp16 -> fp32, every pattern");
+  check(mismatches<float>(bp) == 0, "bf16 -> fp32, every pattern");
+  check(mismatches<bfloat16>(hp) == 0, "fp16 -> bf16, every pattern");
+  check(mismatches<half>(bp) == 0, "bf16 -> fp16, every pattern");
   // fp32 values over every binade, both signs, narrowed
   Tensor<float> f(Shape{1 << 20});
   precis::fill_log_uniform(f, -149, 128, 3, true);
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 65519.99f, 5.9604645e-8f, 2.9802322e-8f,
                             1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 3.4028235e38f};
   for (std::size_t i = 0; i < sizeof(specials) / sizeof(float); ++i) f.data()[i] = specials[i];
-  expect(mismatches<half>(f) == 0, "fp32 -> fp16, 2^20 values");
-  expect(mismatches<bfloat16>(f) == 0, "fp32 -> bf16, 2^20 values");
+  check(mismatches<half>(f) == 0, "fp32 -> fp16, 2^20 values");
+  check(mismatches<bfloat16>(f) == 0, "fp32 -> bf16, 2^20 values");
   std::printf("%s\n", failures == 0 ? "device tensors and conversions: all match the host" : "failed");
   return failures == 0 ? 0 : 1;
 }

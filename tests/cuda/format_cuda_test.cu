@@ -9,23 +9,13 @@
 #include <precis/precis.hpp>
 #include <vector>
 
+#include "support.cuh"
+
 namespace {
 
-int failures = 0;
-
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::printf("FAILED: %s\n", what);
-    ++failures;
-  }
-}
-
-template <class T>
-std::uint32_t bits_of(T x) {
-  std::uint32_t b = 0;
-  std::memcpy(&b, &x, sizeof(T));
-  return b;
-}
+using cuda_test::bits_of;
+using cuda_test::check;
+using cuda_test::failures;
 
 __global__ void decode_kernel(const unsigned short* h, const unsigned short* b, float* fh, float* fb, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
