@@ -21,3 +21,26 @@
 #else
 #define PRECIS_HOST_DEVICE
 #endif
+
+namespace precis::detail {
+
+// Library-defined remove_cv / remove_const / remove_cvref for use in signatures. GCC 13's
+// libstdc++ defines the std ones through built-in traits; nvcc's front end writes them out
+// into the host code it generates, where GCC 13 rejects them ("use of built-in trait
+// '__remove_cv(float)' in function signature").
+template <class T> struct remove_const { using type = T; };
+template <class T> struct remove_const<const T> { using type = T; };
+template <class T> using remove_const_t = typename remove_const<T>::type;
+
+template <class T> struct remove_cv { using type = T; };
+template <class T> struct remove_cv<const T> { using type = T; };
+template <class T> struct remove_cv<volatile T> { using type = T; };
+template <class T> struct remove_cv<const volatile T> { using type = T; };
+template <class T> using remove_cv_t = typename remove_cv<T>::type;
+
+template <class T> struct remove_cvref : remove_cv<T> {};
+template <class T> struct remove_cvref<T&> : remove_cv<T> {};
+template <class T> struct remove_cvref<T&&> : remove_cv<T> {};
+template <class T> using remove_cvref_t = typename remove_cvref<T>::type;
+
+}  // namespace precis::detail

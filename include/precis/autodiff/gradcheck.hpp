@@ -13,6 +13,8 @@
 // Needs Boost (header-only Boost.Multiprecision); not included by precis.hpp.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -117,7 +119,7 @@ gradcheck_real loss_and_gradients(F& f, const std::vector<Tensor<R>>& at, std::v
   std::vector<Var<Q, S>> vars;
   for (std::size_t i = 0; i < at.size(); ++i) vars.push_back(tape.param(values[i].view(), g[i].view()));
   const auto loss = f(tape, vars);
-  using LS = typename std::remove_cvref_t<decltype(loss)>::storage_type;
+  using LS = typename detail::remove_cvref_t<decltype(loss)>::storage_type;
   if (loss.size() != 1) throw shape_error("precis::gradcheck: the loss has shape " + loss.shape().str() + "; expected one element");
   const gradcheck_real value(detail::load<default_compute_t<LS>>(*loss.value().data()));
   if (grads != nullptr) {

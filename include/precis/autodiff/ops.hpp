@@ -14,6 +14,8 @@
 // exact), so the tape saves each activation exactly once, in its own storage type.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -850,7 +852,7 @@ Var<P, typename policy::op_types<P, op::layer_norm, SX, SG, SB>::output> layer_n
   const auto xr = x.value().reshape(Shape{rows, d});
   const auto gv = gamma.value(), bv = beta.value();
   O* out = t.template value_view<O>(y.id()).data();
-  const auto ld = [](const auto& v) { return detail::load<Acc>(detail::load<detail::ad::arith_t<std::remove_cvref_t<decltype(v)>>>(v)); };
+  const auto ld = [](const auto& v) { return detail::load<Acc>(detail::load<detail::ad::arith_t<detail::remove_cvref_t<decltype(v)>>>(v)); };
   for (index_t i = 0; i < rows; ++i) {
     const auto r = xr.select(0, i);
     const Acc mu = detail::sum_fiber<Acc>(r.data(), d, r.strides()[0], summation::pairwise, std::identity{}) / Acc(static_cast<double>(d));

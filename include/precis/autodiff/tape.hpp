@@ -15,6 +15,8 @@
 // earlier one allocates nothing. A Tape must outlive the Vars it hands out.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -167,7 +169,7 @@ class Tape {
   /// (same shape, contiguous) on every backward, until the caller zeroes it.
   template <class S, class C, class G, class GC>
   Var<P, S> param(const TensorView<S, C>& value, const TensorView<G, GC>& grad) {
-    using V = std::remove_const_t<S>;
+    using V = detail::remove_const_t<S>;
     static_assert(std::is_same_v<G, grad_storage_t<P, V>>,
                   "precis::Tape::param: the gradient tensor's storage must be grad_storage_t<Policy, S>");
     if (!(grad.shape() == value.shape()) || !grad.is_contiguous()) {
@@ -204,8 +206,8 @@ class Tape {
   /// An input read in place, without a copy: the caller's tensor must stay alive and unchanged
   /// until the step is reset. For large batches whose copy would cost memory.
   template <class S, class C>
-  Var<P, std::remove_const_t<S>> borrow(const TensorView<S, C>& x) {
-    using V = std::remove_const_t<S>;
+  Var<P, detail::remove_const_t<S>> borrow(const TensorView<S, C>& x) {
+    using V = detail::remove_const_t<S>;
     return Var<P, V>(this, add_slot(const_cast<V*>(x.data()), x.shape(), x.strides(), false, x.is_contiguous()), gen_);
   }
   template <class S, class C>
@@ -352,13 +354,13 @@ class Tape {
   /// Copies (and rounds, once, to nearest) a view into another of the same shape.
   template <class S, class C, class D, class DC>
   static void copy_into(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
-    if constexpr (std::is_same_v<std::remove_const_t<S>, D> && std::is_trivially_copyable_v<D>) {
+    if constexpr (std::is_same_v<detail::remove_const_t<S>, D> && std::is_trivially_copyable_v<D>) {
       if (from.is_contiguous() && to.is_contiguous()) {
         std::memcpy(to.data(), from.data(), static_cast<std::size_t>(from.size()) * sizeof(D));
         return;
       }
     }
-    using A = detail::promote_t<default_compute_t<std::remove_const_t<S>>, default_compute_t<D>>;
+    using A = detail::promote_t<default_compute_t<detail::remove_const_t<S>>, default_compute_t<D>>;
     map_into<A>("precis::Tape::copy", to, detail::identity{}, from);
   }
 

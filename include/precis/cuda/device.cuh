@@ -1,6 +1,6 @@
-// Device tensors for nvcc builds (issue 9, first part): cudaMalloc-backed memory (never managed
-// memory), host <-> device copies, and element-wise conversions between fp32, fp16 and bf16 on
-// the device. Include only from .cu translation units.
+// Device tensors for nvcc builds: cudaMalloc-backed memory (never managed memory), host <->
+// device copies, strided views (transposes without copies), and element-wise conversions
+// between fp32, fp16 and bf16 on the device. Include only from .cu translation units.
 //
 //   auto d = precis::cuda::DeviceTensor<float>::from_host(x);   // cudaMemcpy host -> device
 //   precis::cuda::DeviceTensor<precis::bfloat16> b(d.shape());
@@ -90,6 +90,71 @@ class device_buffer {
   std::size_t n_ = 0;
 };
 
+/// A non-owning view of device memory: a pointer, a shape and strides in elements (>= 0), like
+/// precis::TensorView but never dereferenced on the host. S may be const-qualified.
+template <class S>
+class DeviceView {
+ public:
+  using storage_type = precis::detail::remove_const_t<S>;
+
+  DeviceView() = default;
+  DeviceView(S* data, const Shape& shape) : DeviceView(data, shape, contiguous_strides(shape)) {}
+  DeviceView(S* data, const Shape& shape, const Shape& strides) : data_(data), shape_(shape), strides_(strides) {
+    if (strides_.rank() != shape_.rank()) {
+      throw shape_error("precis::cuda::DeviceView: shape " + shape_.str() + " and strides " + strides_.str() +
+                        " differ in rank");
+    }
+    for (int i = 0; i < shape_.rank(); ++i) {
+      if (shape_[i] < 0 || strides_[i] < 0) {
+        throw shape_error("precis::cuda::DeviceView: shape " + shape_.str() + ", strides " + strides_.str() +
+                          "; expected extents and strides >= 0");
+      }
+    }
+  }
+  /// A read-only view of a mutable one.
+  template <class S2>
+    requires(std::is_const_v<S> && std::is_same_v<S2, storage_type>)
+  DeviceView(const DeviceView<S2>& v)  // NOLINT: implicit, like T* -> const T*
+      : data_(v.data()), shape_(v.shape()), strides_(v.strides()) {}
+
+  S* data() const noexcept { return data_; }
+  const Shape& shape() const noexcept { return shape_; }
+  const Shape& strides() const noexcept { return strides_; }
+  int rank() const noexcept { return shape_.rank(); }
+  index_t size() const noexcept { return shape_.numel(); }
+  bool empty() const noexcept { return data_ == nullptr && size() == 0; }
+
+  /// The 2-D view with its axes swapped (no copy).
+  DeviceView transpose() const {
+    if (rank() != 2) {
+      throw shape_error("precis::cuda::DeviceView::transpose: shape " + shape_.str() + "; expected a 2-D view");
+    }
+    return DeviceView(data_, Shape{shape_[1], shape_[0]}, Shape{strides_[1], strides_[0]});
+  }
+
+  /// First and one-past-last byte the view can touch (equal when it has no elements).
+  std::pair<const char*, const char*> byte_range() const noexcept {
+    const char* p = reinterpret_cast<const char*>(data_);
+    if (size() == 0) return {p, p};
+    index_t last = 0;
+    for (int i = 0; i < rank(); ++i) last += (shape_[i] - 1) * strides_[i];
+    return {p, p + (last + 1) * static_cast<index_t>(sizeof(S))};
+  }
+
+ private:
+  S* data_ = nullptr;
+  Shape shape_;
+  Shape strides_;
+};
+
+/// Whether two device views may share bytes (address ranges overlap).
+template <class S1, class S2>
+bool may_overlap(const DeviceView<S1>& a, const DeviceView<S2>& b) noexcept {
+  const auto [a0, a1] = a.byte_range();
+  const auto [b0, b1] = b.byte_range();
+  return a0 < b1 && b0 < a1;
+}
+
 /// A dense row-major tensor of S in device memory.
 template <class S>
 class DeviceTensor {
@@ -123,6 +188,12 @@ class DeviceTensor {
   index_t size() const noexcept { return static_cast<index_t>(buf_.size()); }
   S* data() noexcept { return buf_.data(); }
   const S* data() const noexcept { return buf_.data(); }
+
+  DeviceView<S> view() { return DeviceView<S>(buf_.data(), shape_); }
+  DeviceView<const S> view() const { return DeviceView<const S>(buf_.data(), shape_); }
+  /// The 2-D tensor's transpose as a view (no copy).
+  DeviceView<S> transpose() { return view().transpose(); }
+  DeviceView<const S> transpose() const { return view().transpose(); }
 
  private:
   Shape shape_;

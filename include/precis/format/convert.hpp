@@ -141,7 +141,7 @@ template <class R>
 concept contiguous_sized = std::ranges::contiguous_range<R> && std::ranges::sized_range<R>;
 
 template <class R>
-using range_value = std::remove_cv_t<std::ranges::range_value_t<R>>;
+using range_value = detail::remove_cv_t<std::ranges::range_value_t<R>>;
 
 template <class R>
 auto as_const_span(R&& r) {

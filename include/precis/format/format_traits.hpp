@@ -6,6 +6,8 @@
 // to fp64, the type itself for long double and Boost.Multiprecision.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -142,6 +144,6 @@ struct format_traits<T> {
 
 /// A floating-point format precis knows: it has format_traits.
 template <class T>
-concept floating = format_traits<std::remove_cv_t<T>>::is_specialized;
+concept floating = format_traits<detail::remove_cv_t<T>>::is_specialized;
 
 }  // namespace precis

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "precis/config.hpp"
+
 namespace precis {
 
 /// splitmix64 step: used to expand one 64-bit seed into a generator state.
@@ -71,6 +73,34 @@ class xoshiro256pp {
   }
   std::uint64_t s_[4];
 };
+
+/// Philox4x32-10 (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+/// SC 2011): a counter-based generator. Four 32-bit outputs are a pure function of a 128-bit
+/// counter and a 64-bit key, so any element of a parallel computation can draw its own random
+/// bits from its coordinates, on the host or on a GPU, with identical results. The constants
+/// and the 10 rounds are Random123's (and cuRAND's) Philox4x32-10.
+struct philox4x32_output {
+  std::uint32_t v[4];
+};
+
+PRECIS_HOST_DEVICE constexpr philox4x32_output philox4x32_10(std::uint32_t c0, std::uint32_t c1,
+                                                            std::uint32_t c2, std::uint32_t c3,
+                                                            std::uint32_t k0, std::uint32_t k1) noexcept {
+  constexpr std::uint64_t m0 = 0xD2511F53u, m1 = 0xCD9E8D57u;
+  constexpr std::uint32_t w0 = 0x9E3779B9u, w1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t p0 = m0 * c0, p1 = m1 * c2;
+    const auto hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const auto hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += w0;
+    k1 += w1;
+  }
+  return {{c0, c1, c2, c3}};
+}
 
 namespace detail {
 /// 64 uniformly random bits from any UniformRandomBitGenerator whose range is 2^32 or 2^64

@@ -3,6 +3,8 @@
 //   auto v = precis::view_of(eigen_matrix); // TensorView of an Eigen matrix, map or block
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <Eigen/Core>
 #include <string>
 #include <type_traits>
@@ -14,13 +16,13 @@ namespace precis {
 template <class S>
 using eigen_matrix_map = Eigen::Map<
     std::conditional_t<std::is_const_v<S>,
-                       const Eigen::Matrix<std::remove_const_t<S>, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                       const Eigen::Matrix<detail::remove_const_t<S>, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
                        Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>,
     Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
 template <class S>
 using eigen_vector_map = Eigen::Map<
-    std::conditional_t<std::is_const_v<S>, const Eigen::Matrix<std::remove_const_t<S>, Eigen::Dynamic, 1>,
+    std::conditional_t<std::is_const_v<S>, const Eigen::Matrix<detail::remove_const_t<S>, Eigen::Dynamic, 1>,
                        Eigen::Matrix<S, Eigen::Dynamic, 1>>,
     Eigen::Unaligned, Eigen::InnerStride<Eigen::Dynamic>>;
 

@@ -2,6 +2,8 @@
 // the Compute type, and rounds once into the output storage.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <array>
 #include <cmath>
 #include <string>
@@ -32,24 +34,24 @@ struct tensor_traits<Tensor<S, C>> : std::true_type {
 };
 template <class S, class C>
 struct tensor_traits<TensorView<S, C>> : std::true_type {
-  using storage_type = std::remove_const_t<S>;
+  using storage_type = detail::remove_const_t<S>;
   using compute_type = C;
 };
 
 /// A Tensor or a TensorView.
 template <class T>
-concept tensor_like = tensor_traits<std::remove_cvref_t<T>>::value;
+concept tensor_like = tensor_traits<detail::remove_cvref_t<T>>::value;
 
 template <tensor_like T>
-using storage_of = typename tensor_traits<std::remove_cvref_t<T>>::storage_type;
+using storage_of = typename tensor_traits<detail::remove_cvref_t<T>>::storage_type;
 template <tensor_like T>
-using compute_of = typename tensor_traits<std::remove_cvref_t<T>>::compute_type;
+using compute_of = typename tensor_traits<detail::remove_cvref_t<T>>::compute_type;
 
 /// Read-only view of a Tensor or view.
 template <class S, class C>
 TensorView<const S, C> as_view(const Tensor<S, C>& t) { return t.view(); }
 template <class S, class C>
-TensorView<const std::remove_const_t<S>, C> as_view(const TensorView<S, C>& v) { return v; }
+TensorView<const detail::remove_const_t<S>, C> as_view(const TensorView<S, C>& v) { return v; }
 
 /// Writable view of a Tensor or (non-const) view.
 template <class S, class C>

@@ -6,6 +6,8 @@
 // load (exact) and store (rounded once, to nearest even).
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -105,15 +107,15 @@ inline void check_extents(const Shape& shape, const char* op) {
 
 }  // namespace detail
 
-template <class Storage, class Compute = default_compute_t<std::remove_const_t<Storage>>>
+template <class Storage, class Compute = default_compute_t<detail::remove_const_t<Storage>>>
 class Tensor;
 
 /// A non-owning view: a pointer, a shape and strides (in elements, >= 0; 0 repeats a value,
 /// as broadcasting does). Storage may be const-qualified for a read-only view.
-template <class Storage, class Compute = default_compute_t<std::remove_const_t<Storage>>>
+template <class Storage, class Compute = default_compute_t<detail::remove_const_t<Storage>>>
 class TensorView {
  public:
-  using storage_type = std::remove_const_t<Storage>;
+  using storage_type = detail::remove_const_t<Storage>;
   using compute_type = Compute;
   using element_type = Storage;
 
@@ -316,7 +318,7 @@ class Tensor {
   static Tensor uninitialized(Shape shape) { return Tensor(shape, false); }
   /// A copy of any view of the same storage type (densely packed).
   template <class S2>
-    requires std::is_same_v<std::remove_const_t<S2>, Storage>
+    requires std::is_same_v<detail::remove_const_t<S2>, Storage>
   explicit Tensor(const TensorView<S2, Compute>& v) : Tensor(v.shape(), false) {
     copy_from(v);
   }
@@ -375,7 +377,7 @@ class Tensor {
 
   /// Copies the elements of `v` (same shape) into this tensor.
   template <class S2>
-    requires std::is_same_v<std::remove_const_t<S2>, Storage>
+    requires std::is_same_v<detail::remove_const_t<S2>, Storage>
   void copy_from(const TensorView<S2, Compute>& v) {
     if (!(v.shape() == shape_)) {
       throw shape_error("precis::Tensor::copy_from: source shape " + v.shape().str() +
@@ -407,8 +409,8 @@ class Tensor {
 
 /// Copy of a view into a new owning tensor.
 template <class S, class C>
-Tensor<std::remove_const_t<S>, C> to_tensor(const TensorView<S, C>& v) {
-  return Tensor<std::remove_const_t<S>, C>(v);
+Tensor<detail::remove_const_t<S>, C> to_tensor(const TensorView<S, C>& v) {
+  return Tensor<detail::remove_const_t<S>, C>(v);
 }
 
 namespace detail {

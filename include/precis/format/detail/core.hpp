@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "precis/config.hpp"
 #include "precis/format/rounding.hpp"
 
 namespace precis {
@@ -28,30 +29,39 @@ enum class encoding { ieee, fn };
 
 namespace detail {
 
+/// Leading zero bits of a nonzero 64-bit value, on the host and in CUDA device code.
+PRECIS_HOST_DEVICE constexpr int countl_zero64(std::uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __clzll(static_cast<long long>(x));
+#else
+  return std::countl_zero(x);
+#endif
+}
+
 /// Describes a binary interchange layout: 1 sign bit, E exponent bits, M stored mantissa bits.
 struct layout {
   int exp_bits;
   int mant_bits;
   encoding enc;
 
-  constexpr int total_bits() const { return 1 + exp_bits + mant_bits; }
-  constexpr int digits() const { return mant_bits + 1; }
-  constexpr int bias() const { return (1 << (exp_bits - 1)) - 1; }
-  constexpr int emin() const { return 1 - bias(); }
-  constexpr int emax() const { return enc == encoding::ieee ? bias() : bias() + 1; }
-  constexpr bool has_infinity() const { return enc == encoding::ieee; }
-  constexpr std::uint64_t exp_all_ones() const { return (std::uint64_t{1} << exp_bits) - 1; }
-  constexpr std::uint64_t mant_mask() const { return (std::uint64_t{1} << mant_bits) - 1; }
-  constexpr std::uint64_t sign_bit() const { return std::uint64_t{1} << (exp_bits + mant_bits); }
-  constexpr std::uint64_t magnitude_mask() const { return sign_bit() - 1; }
+  PRECIS_HOST_DEVICE constexpr int total_bits() const { return 1 + exp_bits + mant_bits; }
+  PRECIS_HOST_DEVICE constexpr int digits() const { return mant_bits + 1; }
+  PRECIS_HOST_DEVICE constexpr int bias() const { return (1 << (exp_bits - 1)) - 1; }
+  PRECIS_HOST_DEVICE constexpr int emin() const { return 1 - bias(); }
+  PRECIS_HOST_DEVICE constexpr int emax() const { return enc == encoding::ieee ? bias() : bias() + 1; }
+  PRECIS_HOST_DEVICE constexpr bool has_infinity() const { return enc == encoding::ieee; }
+  PRECIS_HOST_DEVICE constexpr std::uint64_t exp_all_ones() const { return (std::uint64_t{1} << exp_bits) - 1; }
+  PRECIS_HOST_DEVICE constexpr std::uint64_t mant_mask() const { return (std::uint64_t{1} << mant_bits) - 1; }
+  PRECIS_HOST_DEVICE constexpr std::uint64_t sign_bit() const { return std::uint64_t{1} << (exp_bits + mant_bits); }
+  PRECIS_HOST_DEVICE constexpr std::uint64_t magnitude_mask() const { return sign_bit() - 1; }
   /// Largest finite magnitude, as a bit pattern.
-  constexpr std::uint64_t max_bits() const {
+  PRECIS_HOST_DEVICE constexpr std::uint64_t max_bits() const {
     return enc == encoding::ieee ? (((exp_all_ones() - 1) << mant_bits) | mant_mask())
                                  : ((exp_all_ones() << mant_bits) | (mant_mask() - 1));
   }
-  constexpr std::uint64_t inf_bits() const { return exp_all_ones() << mant_bits; }
+  PRECIS_HOST_DEVICE constexpr std::uint64_t inf_bits() const { return exp_all_ones() << mant_bits; }
   /// The canonical NaN: quiet NaN with zero payload (ieee), or the single NaN pattern (fn).
-  constexpr std::uint64_t nan_bits() const {
+  PRECIS_HOST_DEVICE constexpr std::uint64_t nan_bits() const {
     return enc == encoding::ieee ? (inf_bits() | (std::uint64_t{1} << (mant_bits - 1)))
                                  : magnitude_mask();
   }
@@ -81,7 +91,7 @@ struct split {
 
 /// Splits a bit pattern of layout L (exact).
 template <layout L>
-constexpr split split_bits(std::uint64_t bits) {
+PRECIS_HOST_DEVICE constexpr split split_bits(std::uint64_t bits) {
   split s;
   s.sign = (bits & L.sign_bit()) != 0;
   const std::uint64_t e = (bits >> L.mant_bits) & L.exp_all_ones();
@@ -106,7 +116,7 @@ constexpr split split_bits(std::uint64_t bits) {
   }
   if (e == 0) {
     if (m == 0) return s;  // signed zero
-    const int lead = 63 - std::countl_zero(m);
+    const int lead = 63 - countl_zero64(m);
     s.k = split::kind::finite;
     s.sig = m << (63 - lead);
     s.exp = L.emin() - L.mant_bits + lead;
@@ -160,7 +170,7 @@ struct rounded {
 
 /// Whether rounding moves away from zero, given the kept lsb, the discarded fraction (64 bits
 /// left-aligned) and the sticky bit below it.
-constexpr bool round_up(rounding mode, bool sign, bool lsb_odd, std::uint64_t frac, bool sticky,
+PRECIS_HOST_DEVICE constexpr bool round_up(rounding mode, bool sign, bool lsb_odd, std::uint64_t frac, bool sticky,
                         std::uint64_t random) {
   constexpr std::uint64_t half = std::uint64_t{1} << 63;
   const bool inexact = frac != 0 || sticky;
@@ -178,7 +188,7 @@ constexpr bool round_up(rounding mode, bool sign, bool lsb_odd, std::uint64_t fr
 
 /// Rounds a finite split once. Targets with subnormals use the subnormal grid below emin;
 /// targets without them round onto {0, 2^emin}.
-constexpr rounded round_significand(const split& s, int digits, std::int64_t emin,
+PRECIS_HOST_DEVICE constexpr rounded round_significand(const split& s, int digits, std::int64_t emin,
                                     bool subnormals, rounding mode, std::uint64_t random) {
   std::int64_t lsb_exp;
   if (s.exp >= emin) {
@@ -209,7 +219,7 @@ constexpr rounded round_significand(const split& s, int digits, std::int64_t emi
 
 /// Whether overflow in this mode and direction gives "infinity" in IEEE terms (otherwise the
 /// correctly rounded result is the largest finite value).
-constexpr bool overflow_is_infinite(rounding mode, bool sign) {
+PRECIS_HOST_DEVICE constexpr bool overflow_is_infinite(rounding mode, bool sign) {
   switch (mode) {
     case rounding::nearest_even:
     case rounding::stochastic: return true;
@@ -224,7 +234,7 @@ constexpr bool overflow_is_infinite(rounding mode, bool sign) {
 /// rounding. `ov` must be representable in L (no `infinity` for fn layouts: checked by the
 /// public entry points).
 template <layout L>
-constexpr std::uint64_t encode_bits(const split& s, rounding mode, overflow ov,
+PRECIS_HOST_DEVICE constexpr std::uint64_t encode_bits(const split& s, rounding mode, overflow ov,
                                     std::uint64_t random) {
   const std::uint64_t sign = s.sign ? L.sign_bit() : 0;
   const auto overflowed = [&](bool infinite) -> std::uint64_t {

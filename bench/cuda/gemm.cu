@@ -1,0 +1,251 @@
+// Tensor-core GEMM speed: precis's kernels against cuBLASLt in the same run, on the same GPU.
+//
+//   bench_cuda_gemm [--quick] [--json FILE]
+//
+// For bf16, fp16, tf32 and fp8 e4m3 operands (fp32 accumulation; C in bf16, fp16, fp32 and
+// bf16), at 4096^3, 8192^3 and the demo's layer shapes, each precis kernel that takes the
+// format (sm90 with clusters of 1 and 2 blocks, sm80) and cuBLASLt through precis's cublaslt
+// backend. Operands are K-major ("TN", the layout every tensor-core kernel reads without
+// staging), uniform random in [-1, 1). Each timing is a CUDA graph of back-to-back calls (so
+// host dispatch is excluded), replayed after a warm-up; the reported time is the median over
+// replays, as TFLOP/s (2mnk / time) and as a ratio to cuBLASLt. Small shapes rotate over
+// several operand sets so they are not served from L2 alone. Also measured: the mma.sync
+// issue ceiling of this GPU (a loop of independent m16n8k16 bf16 instructions in registers),
+// the bound the sm80 kernel cannot pass.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <precis/cuda/gemm.cuh>
+#include <precis/precis.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+using precis::index_t;
+using precis::Shape;
+using precis::cuda::check;
+using precis::cuda::gemm_backend;
+
+struct row {
+  std::string format, shape, impl;
+  double tflops = 0, ms = 0, ratio = 0;
+  std::string note;
+};
+
+/// Median milliseconds per call of `call`, from graphs of `per_graph` calls replayed `reps` times.
+double time_calls(const std::function<void(cudaStream_t, int)>& call, int per_graph, int reps, cudaStream_t s) {
+  for (int i = 0; i < 2; ++i) call(s, i);  // plans, probes, first-use allocations
+  check(cudaStreamSynchronize(s), "warm-up");
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+  for (int i = 0; i < per_graph; ++i) call(s, i);
+  check(cudaStreamEndCapture(s, &g), "end capture");
+  check(cudaGraphInstantiate(&ge, g, 0), "graph instantiate");
+  check(cudaGraphLaunch(ge, s), "graph launch");  // warm-up replay
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    check(cudaEventRecord(a, s), "record");
+    check(cudaGraphLaunch(ge, s), "graph launch");
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms / per_graph);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+template <class T>
+precis::cuda::DeviceTensor<T> random_device(index_t r, index_t c, std::uint64_t seed) {
+  precis::Tensor<float> f(Shape{r, c});
+  precis::fill_uniform(f, -1.0, 1.0, seed);
+  precis::Tensor<T> h(Shape{r, c});
+  for (index_t i = 0; i < f.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) h.data()[i] = f.data()[i];
+    else if constexpr (precis::format_traits<T>::has_infinity) h.data()[i] = precis::round_to<T>(f.data()[i]);
+    else h.data()[i] = precis::round_to<T>(f.data()[i], precis::rounding::nearest_even, precis::overflow::saturate);
+  }
+  return precis::cuda::DeviceTensor<T>::from_host(h);
+}
+
+struct shape3 {
+  index_t m, n, k;
+  const char* name;
+};
+
+/// One format: every implementation on every shape.
+template <class S, class Op, class Out>
+void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vector<gemm_backend> backends, bool sm90, bool quick,
+                  std::vector<row>& out, cudaStream_t stream) {
+  for (const auto& sh : shapes) {
+    const double flop = 2.0 * static_cast<double>(sh.m) * static_cast<double>(sh.n) * static_cast<double>(sh.k);
+    const double bytes = static_cast<double>(sh.m * sh.k + sh.n * sh.k) * sizeof(S);
+    // rotate over enough operand sets to exceed the 50 MB L2 several times
+    const int sets = static_cast<int>(std::clamp(200e6 / bytes, 1.0, 16.0));
+    std::vector<precis::cuda::DeviceTensor<S>> as, bts;
+    std::vector<precis::cuda::DeviceTensor<Out>> cs;
+    for (int i = 0; i < sets; ++i) {
+      as.push_back(random_device<S>(sh.m, sh.k, 100 + i));
+      bts.push_back(random_device<S>(sh.n, sh.k, 200 + i));
+      cs.emplace_back(Shape{sh.m, sh.n});
+    }
+    const bool big = flop > 1e11;
+    const int per_graph = big ? (quick ? 2 : 5) : 20 * sets;
+    const int reps = quick ? 3 : (big ? 10 : 20);
+    struct impl {
+      std::string name;
+      gemm_backend be;
+      int cluster;
+    };
+    std::vector<impl> impls;
+    for (gemm_backend be : backends) {
+      if (be == gemm_backend::sm90) {
+        if (!sm90) continue;
+        impls.push_back({"precis sm90 (cluster 1)", be, 1});
+        impls.push_back({"precis sm90 (cluster 2)", be, 2});
+      } else {
+        impls.push_back({be == gemm_backend::cublaslt ? std::string("cuBLASLt") : "precis " + std::string(precis::cuda::to_string(be)),
+                         be, 0});
+      }
+    }
+    double base = 0;
+    std::vector<row> rows;
+    for (const auto& im : impls) {
+      row r{fmt, sh.name, im.name};
+      try {
+        precis::cuda::gemm_options o;
+        o.backend = im.be;
+        o.cluster_m = im.cluster;
+        const double ms = time_calls(
+            [&](cudaStream_t s, int i) {
+              o.stream = s;
+              const int j = i % sets;
+              precis::cuda::gemm<float, Op>(1.0f, as[j], bts[j].transpose(), 0.0f, cs[j], {}, o);
+            },
+            per_graph, reps, stream);
+        r.ms = ms;
+        r.tflops = flop / (ms * 1e-3) / 1e12;
+        if (im.be == gemm_backend::cublaslt) base = r.tflops;
+      } catch (const std::exception& e) {
+        r.note = e.what();
+      }
+      rows.push_back(r);
+    }
+    for (auto& r : rows) {
+      r.ratio = base > 0 && r.tflops > 0 ? r.tflops / base : 0;
+      std::printf("%-5s %-26s %-24s %9.4f ms %8.1f TFLOP/s  %5.2fx cuBLASLt %s\n", r.format.c_str(), r.shape.c_str(), r.impl.c_str(), r.ms,
+                  r.tflops, r.ratio, r.note.c_str());
+      std::fflush(stdout);
+      out.push_back(r);
+    }
+  }
+}
+
+/// Independent mma.sync chains in registers: the instruction's throughput ceiling.
+__global__ void mma_peak_kernel(float* sink, int iters) {
+  std::uint32_t a[4] = {threadIdx.x, 1u, 2u, 3u}, b[2] = {5u, 7u};
+  float d[8][4] = {};
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) precis::cuda::detail::ptx::mma_bf16(d[c], a, b);
+  }
+  float s = 0;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) s += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  if (s == 1.2345f) sink[threadIdx.x] = s;  // keeps the loop alive
+}
+
+double mma_peak(int sms, cudaStream_t s) {
+  precis::cuda::device_buffer<float> sink(1024);
+  const int iters = 4096, blocks = sms * 4, threads = 256;
+  const auto run = [&](cudaStream_t st, int) { mma_peak_kernel<<<blocks, threads, 0, st>>>(sink.data(), iters); };
+  const double ms = time_calls(run, 3, 5, s);
+  const double flop = 2.0 * 16 * 8 * 16 * 8.0 * iters * (threads / 32) * blocks;
+  return flop / (ms * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (precis::cuda::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    const auto dev = precis::cuda::detail::current_device_info();
+    std::printf("%s, sm_%d%d, %d SMs, driver %d, runtime %d\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, driver,
+                runtime);
+    cudaStream_t stream;
+    check(cudaStreamCreate(&stream), "stream");
+    const double peak = mma_peak(prop.multiProcessorCount, stream);
+    std::printf("mma.sync m16n8k16 bf16 issue ceiling: %.1f TFLOP/s\n", peak);
+
+    std::vector<shape3> shapes = {{4096, 4096, 4096, "4096^3"}, {8192, 8192, 8192, "8192^3"}};
+    if (quick) shapes.pop_back();
+    const std::vector<shape3> demo = {{128, 256, 784, "demo 128x784 @ 784x256"},
+                                      {128, 128, 256, "demo 128x256 @ 256x128"},
+                                      {128, 10, 128, "demo 128x128 @ 128x10"},
+                                      {784, 256, 128, "demo dW 784x128 @ 128x256"},
+                                      {4096, 256, 784, "demo b4096 4096x784 @ 784x256"}};
+    std::vector<shape3> all = shapes;
+    all.insert(all.end(), demo.begin(), demo.end());
+    std::vector<row> rows;
+    const std::vector<gemm_backend> b16 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
+    const std::vector<gemm_backend> others = {gemm_backend::cublaslt, gemm_backend::sm80};
+    bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, rows, stream);
+    bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, rows, stream);
+    bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, rows, stream);
+    if (prop.major * 10 + prop.minor >= 89) {
+      const std::vector<gemm_backend> f8 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
+      bench_format<precis::float8_e4m3, void, precis::bfloat16>("e4m3", shapes, f8, dev.sm90a, quick, rows, stream);
+    }
+    if (json) {
+      FILE* f = std::fopen(json, "w");
+      if (!f) throw precis::error(std::string("bench_cuda_gemm: cannot write ") + json);
+      std::fprintf(f, "{\"device\": \"%s\", \"sm\": %d, \"sms\": %d, \"driver\": %d, \"runtime\": %d, \"mma_sync_peak_tflops\": %.2f,\n \"rows\": [\n",
+                   prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount, driver, runtime, peak);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        std::string note;
+        for (char ch : r.note) note += (ch == '"' || ch == '\\') ? '\'' : ch;
+        std::fprintf(f, "  {\"format\": \"%s\", \"shape\": \"%s\", \"impl\": \"%s\", \"ms\": %.6f, \"tflops\": %.3f, \"ratio\": %.4f, \"note\": \"%s\"}%s\n",
+                     r.format.c_str(), r.shape.c_str(), r.impl.c_str(), r.ms, r.tflops, r.ratio, note.c_str(),
+                     i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,49 @@
+// What the tensor-core kernels share: the operand kinds they read, and the rounding of fp32
+// operands to tf32.
+//
+// Every tensor-core instruction precis uses consumes 32 bytes of K per row per step (k16 of
+// fp16/bf16, k8 of tf32, k32 of fp8), so the kernels are written in bytes of K and the kind
+// only picks the instruction.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "precis/config.hpp"
+#include "precis/format/bfloat16.hpp"
+#include "precis/format/float8.hpp"
+#include "precis/format/half.hpp"
+
+namespace precis::cuda::detail {
+
+/// An operand format the tensor cores multiply. tf32 operands are fp32 words rounded to tf32
+/// (nearest even) in registers before each product.
+enum class tc_kind { f16, bf16, tf32, e4m3, e5m2 };
+
+PRECIS_HOST_DEVICE constexpr int tc_bytes(tc_kind k) {
+  return k == tc_kind::tf32 ? 4 : (k == tc_kind::e4m3 || k == tc_kind::e5m2) ? 1 : 2;
+}
+PRECIS_HOST_DEVICE constexpr bool tc_fp8(tc_kind k) { return k == tc_kind::e4m3 || k == tc_kind::e5m2; }
+
+constexpr const char* tc_name(tc_kind k) {
+  switch (k) {
+    case tc_kind::f16: return "fp16";
+    case tc_kind::bf16: return "bf16";
+    case tc_kind::tf32: return "tf32";
+    case tc_kind::e4m3: return "e4m3";
+    case tc_kind::e5m2: return "e5m2";
+  }
+  return "?";
+}
+
+/// The bits of fp32 x rounded to tf32 (10 stored mantissa bits, fp32's exponent range),
+/// nearest even, as an fp32 word: the same value precis::round_to<tf32>(x) gives. Overflow
+/// goes to infinity; NaNs stay NaN (quiet, leading payload bits kept).
+PRECIS_HOST_DEVICE constexpr std::uint32_t round_tf32_bits(std::uint32_t x) {
+  if ((x & 0x7f800000u) == 0x7f800000u) {
+    return (x & 0x007fffffu) != 0 ? ((x | 0x00400000u) & 0xffffe000u) : x;
+  }
+  return (x + 0x00000fffu + ((x >> 13) & 1u)) & 0xffffe000u;
+}
+
+}  // namespace precis::cuda::detail

@@ -1,0 +1,614 @@
+// precis::cuda::gemm (include/precis/cuda/gemm.cuh).
+//
+// Without --device (label `cuda`, runs in CI without a GPU): the tf32 register rounding equals
+// precis::round_to<tf32>; Philox4x32-10 reproduces Random123's known answers; bad calls are
+// named errors thrown before the device is touched; with no device, a call is a cuda_error.
+//
+// With --device (label `gpu`; exit 77, skipped, without a device), for every kernel the device
+// and this program have (sm90, sm80, simt, cublaslt) and every operand format it takes:
+//   exact:   integer operands whose products and sums are exact in the accumulator: C equals
+//            the exact product bit for bit, for random shapes with ragged edges and every
+//            transpose of A and B (any indexing or pipeline error shows as a wrong integer);
+//   bounded: random operands; every element within the accumulation bound
+//            gamma_K(u_acc) |A||B| (Higham eq. 3.5, with u_acc the accumulator's unit
+//            roundoff; doubled for tensor cores, which truncate when aligning addends (Fasi,
+//            Higham, Mikaitis & Pranesh 2021); fp8 tensor cores keep about 14 bits (DeepSeek-V3
+//            report, section 3.3), so u_acc = 2^-13 there), plus the fp32 epilogue's roundings,
+//            the activation's Lipschitz constant and evaluation error, and C's rounding;
+//   rounded: C in fp16/bf16/fp8, to nearest or stochastically, equals the host's
+//            precis::round_to of the same kernel's fp32 result, bit for bit, with the random
+//            bits precis::cuda::stochastic_bits names for each element.
+// The reference is the product of the exact operand values in double on the host.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <precis/cuda/gemm.cuh>
+#include <precis/precis.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support.cuh"
+
+namespace {
+
+using cuda_test::bits_of;
+using cuda_test::check;
+using cuda_test::failures;
+using precis::index_t;
+using precis::Shape;
+using precis::cuda::activation;
+using precis::cuda::gemm_backend;
+
+// --- host checks ---------------------------------------------------------------------------
+
+/// 64 fixed bits as a UniformRandomBitGenerator, to ask the host's rounding for a given draw.
+struct fixed_bits {
+  using result_type = std::uint64_t;
+  std::uint64_t v;
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~std::uint64_t{0}; }
+  result_type operator()() { return v; }
+};
+
+void host_tf32_rounding() {
+  int bad = 0, n = 0;
+  const auto one = [&](std::uint32_t x) {
+    float f;
+    std::memcpy(&f, &x, 4);
+    const float want = static_cast<float>(precis::round_to<precis::tf32>(f));
+    const std::uint32_t got = precis::cuda::detail::round_tf32_bits(x);
+    float g;
+    std::memcpy(&g, &got, 4);
+    ++n;
+    if (std::isnan(want) ? !std::isnan(g) : bits_of(want) != got) {
+      if (bad++ < 5) std::printf("  tf32 rounding of 0x%08x: got 0x%08x, want 0x%08x\n", x, got, bits_of(want));
+    }
+  };
+  // every exponent, both signs, mantissas around the rounding boundary and a stride through all
+  for (std::uint32_t se = 0; se < 512; ++se) {
+    for (std::uint32_t low : {0x0000u, 0x0fffu, 0x1000u, 0x1001u, 0x1fffu, 0x2000u, 0x2fffu, 0x3000u, 0x3001u, 0x1ffu})
+      for (std::uint32_t high : {0x000000u, 0x7fc000u, 0x7fe000u, 0x002000u, 0x400000u})
+        one((se << 23) | high | low);
+  }
+  for (std::uint64_t x = 0; x < (std::uint64_t{1} << 32); x += 4093) one(static_cast<std::uint32_t>(x));
+  check(bad == 0, "tf32 register rounding equals precis::round_to<tf32> (" + std::to_string(bad) + " of " +
+                      std::to_string(n) + " differ)");
+}
+
+void host_philox() {
+  // Random123's known-answer vectors for Philox4x32-10 (kat_vectors: zeros, ones, pi digits)
+  const auto z = precis::philox4x32_10(0, 0, 0, 0, 0, 0);
+  const auto f = precis::philox4x32_10(~0u, ~0u, ~0u, ~0u, ~0u, ~0u);
+  const auto p = precis::philox4x32_10(0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u);
+  check(z.v[0] == 0x6627e8d5u && z.v[1] == 0xe169c58du && z.v[2] == 0xbc57ac4cu && z.v[3] == 0x9b00dbd8u, "Philox KAT zeros");
+  check(f.v[0] == 0x408f276du && f.v[1] == 0x41c83b0eu && f.v[2] == 0xa20bc7c6u && f.v[3] == 0x6d5451fdu, "Philox KAT ones");
+  check(p.v[0] == 0xd16cfe09u && p.v[1] == 0x94fdccebu && p.v[2] == 0x5001e420u && p.v[3] == 0x24126ea1u, "Philox KAT pi");
+  // element (i, j) draws words 2(j%2), 2(j%2)+1 of counter (j/2, i, offset)
+  const auto r = precis::philox4x32_10(3, 7, 5, 0, 9, 0);
+  check(precis::cuda::stochastic_bits(9, 5, 7, 7) == ((std::uint64_t{r.v[3]} << 32) | r.v[2]) &&
+            precis::cuda::stochastic_bits(9, 5, 7, 6) == ((std::uint64_t{r.v[1]} << 32) | r.v[0]),
+        "stochastic_bits draws its element's words");
+}
+
+template <class T>
+precis::cuda::DeviceView<const T> fake(index_t r, index_t c) {
+  return precis::cuda::DeviceView<const T>(reinterpret_cast<const T*>(std::uintptr_t{0x10000}), Shape{r, c});
+}
+
+template <class E, class F>
+void expect_error(const char* what, const std::string& needle, F&& f) {
+  try {
+    f();
+    check(false, std::string(what) + ": no exception");
+  } catch (const E& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos, std::string(what) + ": message \"" + e.what() + "\"");
+  } catch (const std::exception& e) {
+    check(false, std::string(what) + ": wrong exception \"" + e.what() + "\"");
+  }
+}
+
+void host_errors() {
+  using precis::bfloat16;
+  using precis::cuda::DeviceView;
+  auto c = DeviceView<float>(reinterpret_cast<float*>(std::uintptr_t{0x900000}), Shape{4, 5});
+  expect_error<precis::shape_error>("k mismatch", "A [4, 3] times B [2, 5] into C [4, 5]",
+                                    [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(2, 5), 0.0f, c); });
+  expect_error<precis::shape_error>("C shape", "into C [4, 5]",
+                                    [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(3, 3), fake<bfloat16>(3, 5), 0.0f, c); });
+  auto alias = DeviceView<float>(reinterpret_cast<float*>(std::uintptr_t{0x10000}), Shape{4, 5});
+  expect_error<precis::aliasing_error>("C aliases A", "shares memory",
+                                       [&] { precis::cuda::gemm<float>(1.0f, fake<float>(4, 3), fake<float>(3, 5), 0.0f, alias); });
+  precis::cuda::epilogue<float> ep;
+  ep.bias = DeviceView<const float>(reinterpret_cast<const float*>(std::uintptr_t{0x800000}), Shape{4});
+  expect_error<precis::shape_error>("bias length", "n = 5",
+                                    [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c, ep); });
+  precis::cuda::epilogue<float> tz;
+  tz.mode = precis::rounding::toward_zero;
+  expect_error<precis::invalid_argument>("rounding mode", "nearest_even or stochastic",
+                                         [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c, tz); });
+  auto c8 = DeviceView<precis::float8_e4m3>(reinterpret_cast<precis::float8_e4m3*>(std::uintptr_t{0x900000}), Shape{4, 5});
+  expect_error<precis::invalid_argument>("e4m3 C without overflow mode", "overflow::saturate",
+                                         [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c8); });
+}
+
+void host_no_device() {
+  if (precis::cuda::device_count() > 0) return;
+  auto c = precis::cuda::DeviceView<float>(reinterpret_cast<float*>(std::uintptr_t{0x900000}), Shape{4, 5});
+  expect_error<precis::cuda::cuda_error>("no device", "failed",
+                                         [&] { precis::cuda::gemm<float>(1.0f, fake<float>(4, 3), fake<float>(3, 5), 0.0f, c); });
+}
+
+int run_host() {
+  host_tf32_rounding();
+  host_philox();
+  host_errors();
+  host_no_device();
+  std::printf("%s\n", failures == 0 ? "host checks passed" : "host checks FAILED");
+  return failures == 0 ? 0 : 1;
+}
+
+// --- device checks -------------------------------------------------------------------------
+
+template <class T>
+double to_double(const T& x) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return static_cast<double>(x);
+  else if constexpr (std::is_same_v<T, precis::half> || std::is_same_v<T, precis::bfloat16>) return static_cast<double>(static_cast<float>(x));
+  else return static_cast<double>(x);
+}
+
+template <class T>
+T from_double(double x) {
+  if constexpr (std::is_same_v<T, double>) return x;
+  else if constexpr (precis::format_traits<T>::has_infinity) return precis::round_to<T>(x);
+  else return precis::round_to<T>(x, precis::rounding::nearest_even, precis::overflow::saturate);
+}
+
+/// Unit roundoff of a format, as double.
+template <class T>
+double unit_roundoff() {
+  return std::ldexp(1.0, -precis::format_traits<T>::digits);
+}
+
+double gamma(double k, double u) { return k * u < 1 ? k * u / (1 - k * u) : INFINITY; }
+
+enum class data { exact, signed_uniform, positive_uniform };
+
+struct spec {
+  gemm_backend backend = gemm_backend::automatic;
+  index_t m = 1, n = 1, k = 1;
+  bool at = false, bt = false;  // pass A (B) as the transpose view of a stored A^T (B^T)
+  data values = data::signed_uniform;
+  double alpha = 1, beta = 0;
+  bool bias = false;
+  activation act = activation::none;
+  precis::rounding mode = precis::rounding::nearest_even;
+  precis::overflow ov = precis::overflow::infinity;
+  int cluster_m = 0;
+  std::uint64_t seed = 1;
+};
+
+std::string describe(const spec& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s m=%td n=%td k=%td%s%s", precis::cuda::to_string(s.backend), s.m, s.n, s.k, s.at ? " A^T" : "",
+                s.bt ? " B^T" : "");
+  std::string d = buf;
+  if (s.cluster_m) d += " cluster " + std::to_string(s.cluster_m);
+  if (s.alpha != 1 || s.beta != 0) d += " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
+  if (s.bias) d += " +bias";
+  if (s.act == activation::relu) d += " relu";
+  if (s.act == activation::gelu) d += " gelu";
+  if (s.act == activation::gelu_tanh) d += " gelu_tanh";
+  if (s.mode == precis::rounding::stochastic) d += " SR";
+  return d;
+}
+
+/// Host matrices of exact values in the stored format, and what the kernel multiplies (after
+/// rounding to the operand format).
+template <class S, class Op>
+struct operand {
+  std::vector<S> stored;   // logical row-major rows x cols
+  std::vector<double> x;   // the values multiplied
+};
+
+template <class S, class Op>
+operand<S, Op> make_operand(index_t rows, index_t cols, data d, std::uint64_t seed, bool op_exact) {
+  operand<S, Op> o;
+  o.stored.resize(static_cast<std::size_t>(rows * cols));
+  o.x.resize(o.stored.size());
+  precis::xoshiro256pp g(seed);
+  // fp8 e5m2 and the exact test keep every product and partial sum an integer the accumulator holds
+  constexpr bool fp8 = std::is_same_v<S, precis::float8_e4m3> || std::is_same_v<S, precis::float8_e5m2>;
+  for (std::size_t i = 0; i < o.stored.size(); ++i) {
+    const double u = static_cast<double>(g() >> 11) * 0x1p-53;
+    double v;
+    if (d == data::exact) v = fp8 ? std::floor(u * 3.0) - 1.0 : std::floor(u * 5.0) - 2.0;
+    else if (d == data::signed_uniform) v = 2.0 * u - 1.0;
+    else v = u;
+    // cuBLASLt converts fp32 to tf32 its own way: give it values that are tf32 already
+    if constexpr (std::is_same_v<Op, precis::tf32>) {
+      if (op_exact) v = to_double(precis::round_to<precis::tf32>(v));
+    }
+    o.stored[i] = from_double<S>(v);
+    const double s = to_double(o.stored[i]);
+    if constexpr (std::is_void_v<Op>) o.x[i] = s;
+    else o.x[i] = to_double(precis::round_to<Op>(s));
+  }
+  return o;
+}
+
+/// ref = A B and mag = |A||B| in double (threads over rows).
+void reference(const std::vector<double>& a, const std::vector<double>& b, index_t m, index_t n, index_t k, std::vector<double>& ref,
+               std::vector<double>& mag) {
+  ref.assign(static_cast<std::size_t>(m * n), 0.0);
+  mag.assign(ref.size(), 0.0);
+  const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < nt; ++t) {
+    pool.emplace_back([&, t] {
+      for (index_t i = t; i < m; i += nt) {
+        double* r = &ref[static_cast<std::size_t>(i * n)];
+        double* g = &mag[static_cast<std::size_t>(i * n)];
+        for (index_t p = 0; p < k; ++p) {
+          const double av = a[static_cast<std::size_t>(i * k + p)];
+          const double* bp = &b[static_cast<std::size_t>(p * n)];
+          for (index_t j = 0; j < n; ++j) {
+            r[j] += av * bp[j];
+            g[j] += std::fabs(av) * std::fabs(bp[j]);
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+/// A device copy of a logical row-major rows x cols matrix, stored transposed when `t`; the
+/// returned view is the logical matrix either way.
+template <class S>
+struct device_matrix {
+  precis::cuda::DeviceTensor<S> storage;
+  precis::cuda::DeviceView<const S> view;
+  device_matrix(const std::vector<S>& v, index_t rows, index_t cols, bool t)
+      : storage(t ? Shape{cols, rows} : Shape{rows, cols}) {
+    precis::Tensor<S> h(t ? Shape{cols, rows} : Shape{rows, cols});
+    for (index_t i = 0; i < rows; ++i)
+      for (index_t j = 0; j < cols; ++j) h.data()[t ? j * rows + i : i * cols + j] = v[static_cast<std::size_t>(i * cols + j)];
+    storage.copy_from(h);
+    view = t ? storage.view().transpose() : storage.view();
+  }
+};
+
+/// Everything one call produced.
+template <class Out>
+struct outcome {
+  std::vector<Out> c;
+  std::vector<double> ref, mag, cold, bias;
+};
+
+template <class Acc, class Op, class SA, class SB, class Out>
+outcome<Out> run_gemm(const spec& s) {
+  const bool op_exact = s.backend == gemm_backend::cublaslt;
+  const auto a = make_operand<SA, Op>(s.m, s.k, s.values, s.seed * 3 + 1, op_exact);
+  const auto b = make_operand<SB, Op>(s.k, s.n, s.values, s.seed * 3 + 2, op_exact);
+  outcome<Out> r;
+  reference(a.x, b.x, s.m, s.n, s.k, r.ref, r.mag);
+  device_matrix<SA> da(a.stored, s.m, s.k, s.at);
+  device_matrix<SB> db(b.stored, s.k, s.n, s.bt);
+  // C: random old values when beta != 0, else poison (NaN, or the largest value for fp8 e4m3)
+  precis::Tensor<Out> hc(Shape{s.m, s.n});
+  precis::xoshiro256pp g(s.seed * 3 + 3);
+  r.cold.resize(static_cast<std::size_t>(s.m * s.n));
+  for (std::size_t i = 0; i < r.cold.size(); ++i) {
+    const double v = s.beta != 0 ? static_cast<double>(g() >> 11) * 0x1p-52 - 1.0 : NAN;
+    hc.data()[i] = from_double<Out>(v);
+    r.cold[i] = to_double(hc.data()[i]);
+  }
+  auto dc = precis::cuda::DeviceTensor<Out>::from_host(hc);
+  precis::cuda::DeviceTensor<float> dbias(Shape{s.n});
+  precis::cuda::epilogue<float> ep;
+  if (s.bias) {
+    precis::Tensor<float> hb(Shape{s.n});
+    r.bias.resize(static_cast<std::size_t>(s.n));
+    for (index_t j = 0; j < s.n; ++j) {
+      hb.data()[j] = static_cast<float>(static_cast<double>(g() >> 11) * 0x1p-52 - 1.0);
+      r.bias[static_cast<std::size_t>(j)] = hb.data()[j];
+    }
+    dbias.copy_from(hb);
+    ep.bias = dbias.view();
+  }
+  ep.act = s.act;
+  ep.mode = s.mode;
+  ep.ov = s.ov;
+  ep.seed = 0x1234567890abcdefULL ^ s.seed;
+  ep.offset = s.seed;
+  precis::cuda::gemm_options opt;
+  opt.backend = s.backend;
+  opt.cluster_m = s.cluster_m;
+  precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep, opt);
+  precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after gemm");
+  const auto back = dc.to_host();
+  r.c.assign(back.data(), back.data() + back.size());
+  return r;
+}
+
+double activation_value(activation a, double x) {
+  switch (a) {
+    case activation::none: return x;
+    case activation::relu: return x < 0 ? 0 : x;
+    case activation::gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case activation::gelu_tanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+/// Checks C element by element against the exact result (data::exact: bit for bit) or the
+/// bound (see the file comment). u_acc: the accumulator's unit roundoff for this kernel.
+/// Runs one case; an exception is a failed case, reported, not the end of the run.
+template <class F>
+void guarded(const std::string& name, const spec& s, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::printf("  %-6s %-52s ERROR %s\n", name.c_str(), describe(s).c_str(), e.what());
+    check(false, name + " " + describe(s) + ": " + e.what());
+  }
+}
+
+template <class Acc, class Op, class SA, class SB, class Out>
+void check_values_unguarded(const std::string& name, const spec& s, double u_acc) {
+  const auto r = run_gemm<Acc, Op, SA, SB, Out>(s);
+  const double uw = std::is_same_v<Acc, double> ? 0x1p-53 : 0x1p-24;  // the epilogue's arithmetic
+  const double uo = unit_roundoff<Out>() * (s.mode == precis::rounding::stochastic ? 2 : 1);
+  const double tiny = precis::format_traits<Out>::min_subnormal() * 1.0;
+  const double lip = s.act == activation::gelu || s.act == activation::gelu_tanh ? 1.13 : 1.0;
+  double worst = 0, err2 = 0, ref2 = 0;
+  std::size_t bad = 0, first_bad = 0;
+  for (std::size_t e = 0; e < r.c.size(); ++e) {
+    const std::size_t j = e % static_cast<std::size_t>(s.n);
+    const double cold = s.beta != 0 ? r.cold[e] : 0.0, bias = s.bias ? r.bias[j] : 0.0;
+    const double v = s.alpha * r.ref[e] + s.beta * cold + bias;
+    const double want = activation_value(s.act, v);
+    const double got = to_double(r.c[e]);
+    double bound;
+    if (s.values == data::exact) {
+      bound = 0;  // integers: every product and partial sum is exact
+    } else {
+      const double t = std::fabs(s.alpha) * r.mag[e] + std::fabs(s.beta * cold) + std::fabs(bias);
+      const double pre = std::fabs(s.alpha) * gamma(static_cast<double>(s.k), u_acc) * r.mag[e] + gamma(4, uw) * t;
+      const double post = lip * pre + (s.act == activation::gelu || s.act == activation::gelu_tanh ? 8 * uw * (t + std::fabs(want)) : 0);
+      bound = post + uo * (std::fabs(want) + post) + tiny;
+    }
+    const double err = std::fabs(got - want);
+    err2 += err * err;
+    ref2 += want * want;
+    if (!(err <= bound)) {
+      if (bad++ == 0) first_bad = e;
+    } else if (bound > 0) {
+      worst = std::max(worst, err / bound);
+    }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  std::printf("  %-6s %-52s %s  normwise %.2e  max err/bound %.3f\n", name.c_str(), describe(s).c_str(),
+              bad ? "FAIL" : "ok  ", rel, worst);
+  if (bad) {
+    const std::size_t e = first_bad;
+    std::printf("         %zu of %zu outside; first (%zu, %zu): got %.9g, want %.9g (|A||B| = %.6g)\n", bad, r.c.size(),
+                e / static_cast<std::size_t>(s.n), e % static_cast<std::size_t>(s.n), to_double(r.c[e]),
+                activation_value(s.act, s.alpha * r.ref[e] + s.beta * (s.beta != 0 ? r.cold[e] : 0.0) +
+                                            (s.bias ? r.bias[e % static_cast<std::size_t>(s.n)] : 0.0)),
+                r.mag[e]);
+  }
+  check(bad == 0, name + " " + describe(s));
+}
+
+template <class Acc, class Op, class SA, class SB, class Out>
+void check_values(const std::string& name, const spec& s, double u_acc) {
+  guarded(name, s, [&] { check_values_unguarded<Acc, Op, SA, SB, Out>(name, s, u_acc); });
+}
+
+/// C rounded into Out (nearest or stochastic) equals the host's rounding of the same kernel's
+/// fp32 result, element for element.
+template <class Acc, class Op, class SA, class SB, class Out>
+void check_rounding_unguarded(const std::string& name, spec s) {
+  s.alpha = 1;
+  s.beta = 0;
+  s.bias = false;
+  s.act = activation::none;
+  const auto wide = run_gemm<Acc, Op, SA, SB, float>(s);
+  const auto narrow = run_gemm<Acc, Op, SA, SB, Out>(s);
+  const std::uint64_t seed = 0x1234567890abcdefULL ^ s.seed;
+  std::size_t bad = 0, ups = 0, inexact = 0;
+  for (std::size_t e = 0; e < wide.c.size(); ++e) {
+    const auto i = static_cast<std::uint64_t>(e / static_cast<std::size_t>(s.n)), j = static_cast<std::uint64_t>(e % static_cast<std::size_t>(s.n));
+    fixed_bits bitsrc{precis::cuda::stochastic_bits(seed, s.seed, i, j)};
+    const float v = wide.c[e];
+    const Out want = precis::round_to<Out>(v, s.mode, s.ov, bitsrc);
+    const bool same = std::isnan(to_double(want)) ? std::isnan(to_double(narrow.c[e])) : bits_of(want) == bits_of(narrow.c[e]);
+    bad += !same;
+    const double nv = to_double(narrow.c[e]);
+    if (nv != static_cast<double>(v)) {
+      ++inexact;
+      ups += std::fabs(nv) > std::fabs(static_cast<double>(v));
+    }
+  }
+  std::printf("  %-6s %-52s %s  %zu of %zu rounded, %.1f%% away from zero\n", name.c_str(),
+              (describe(s) + " -> " + std::string(precis::format_traits<Out>::name)).c_str(), bad ? "FAIL" : "ok  ", inexact,
+              wide.c.size(), inexact ? 100.0 * static_cast<double>(ups) / static_cast<double>(inexact) : 0.0);
+  check(bad == 0, name + " rounding " + describe(s));
+}
+
+template <class Acc, class Op, class SA, class SB, class Out>
+void check_rounding(const std::string& name, const spec& s) {
+  guarded(name, s, [&] { check_rounding_unguarded<Acc, Op, SA, SB, Out>(name, s); });
+}
+
+/// Shapes: edges of every tile size, and random ones.
+std::vector<spec> shapes(gemm_backend be, data d, std::uint64_t seed) {
+  std::vector<spec> v;
+  const index_t fixed[][3] = {{1, 1, 1},     {7, 13, 5},     {128, 256, 64},   {129, 257, 65},
+                              {64, 64, 2000}, {300, 520, 130}, {1000, 300, 197}, {256, 512, 1024}};
+  for (const auto& f : fixed) {
+    spec s;
+    s.backend = be;
+    s.m = f[0], s.n = f[1], s.k = f[2];
+    s.values = d;
+    v.push_back(s);
+  }
+  precis::xoshiro256pp g(seed);
+  for (int i = 0; i < 6; ++i) {
+    spec s;
+    s.backend = be;
+    s.m = static_cast<index_t>(1 + g() % 700), s.n = static_cast<index_t>(1 + g() % 700), s.k = static_cast<index_t>(1 + g() % 700);
+    s.values = d;
+    v.push_back(s);
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i].at = (i % 4) >= 2;
+    v[i].bt = (i % 2) == 1;
+    v[i].seed = seed * 100 + i;
+  }
+  return v;
+}
+
+/// cuBLASLt's fp8 kernels take only K-major operands ("TN") with 16-byte aligned rows.
+template <class S>
+spec fit_backend(spec s) {
+  if (s.backend == gemm_backend::cublaslt && sizeof(S) == 1) {
+    s.at = false, s.bt = true;
+    s.k = (s.k + 15) / 16 * 16;
+    s.n = (s.n + 7) / 8 * 8;
+  }
+  return s;
+}
+
+/// The exact and bounded tests of one operand format on one backend.
+template <class Acc, class Op, class S, class Out>
+void format_suite(const std::string& name, gemm_backend be, double u_acc) {
+  for (auto s : shapes(be, data::exact, 11)) check_values<Acc, Op, S, S, float>(name, fit_backend<S>(s), u_acc);
+  for (auto s : shapes(be, data::signed_uniform, 12)) check_values<Acc, Op, S, S, Out>(name, fit_backend<S>(s), u_acc);
+  spec s;
+  s.backend = be;
+  s.m = 333, s.n = 517, s.k = 1200;
+  s.values = data::positive_uniform;
+  check_values<Acc, Op, S, S, Out>(name, fit_backend<S>(s), u_acc);
+}
+
+/// Epilogue variants on one backend (bf16 operands, bf16 or fp32 C).
+void epilogue_suite(gemm_backend be, double u_acc) {
+  using precis::bfloat16;
+  spec s;
+  s.backend = be;
+  s.m = 200, s.n = 300, s.k = 260;
+  s.alpha = 0.75, s.beta = -0.5, s.bias = true;
+  for (activation a : {activation::none, activation::relu, activation::gelu, activation::gelu_tanh}) {
+    if (be == gemm_backend::cublaslt && a == activation::gelu) continue;
+    s.act = a;
+    check_values<float, void, bfloat16, bfloat16, bfloat16>("bf16", s, u_acc);
+    check_values<float, void, bfloat16, bfloat16, float>("bf16", s, u_acc);
+  }
+  if (be == gemm_backend::cublaslt) return;  // cuBLASLt rounds to nearest only
+  spec r;
+  r.backend = be;
+  r.m = 150, r.n = 270, r.k = 333;
+  r.at = true;
+  check_rounding<float, void, bfloat16, bfloat16, bfloat16>("bf16", r);
+  check_rounding<float, void, bfloat16, bfloat16, precis::half>("bf16", r);
+  r.mode = precis::rounding::stochastic;
+  check_rounding<float, void, bfloat16, bfloat16, bfloat16>("bf16", r);
+  check_rounding<float, void, bfloat16, bfloat16, precis::half>("bf16", r);
+  r.ov = precis::overflow::saturate;
+  check_rounding<float, void, bfloat16, bfloat16, precis::float8_e4m3>("bf16", r);
+  r.mode = precis::rounding::nearest_even;
+  check_rounding<float, void, bfloat16, bfloat16, precis::float8_e4m3>("bf16", r);
+  r.ov = precis::overflow::infinity;
+  check_rounding<float, void, bfloat16, bfloat16, precis::float8_e5m2>("bf16", r);
+}
+
+/// Runs the checks of the named backends ("sm90 sm80 cublaslt simt"; none: all).
+int run_device(const std::vector<std::string>& only) {
+  const auto wanted = [&](gemm_backend be) {
+    return only.empty() || std::find(only.begin(), only.end(), precis::cuda::to_string(be)) != only.end();
+  };
+  if (precis::cuda::device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  using precis::bfloat16;
+  using precis::half;
+  const auto dev = precis::cuda::detail::current_device_info();
+  const int cc = dev.major * 10 + dev.minor;
+  std::printf("device: sm_%d, %d SMs, sm_90a code %s\n", cc, dev.sms, dev.sm90a ? "present" : "absent");
+  const double u32 = 0x1p-24;
+  const double tc = 2 * u32;     // tensor cores: truncation when aligning addends
+  const double tc_fp8 = 0x1p-13;  // fp8 tensor cores on Hopper: about 14 bits kept
+
+  std::vector<gemm_backend> tensor_backends;
+  if (dev.sm90a && wanted(gemm_backend::sm90)) tensor_backends.push_back(gemm_backend::sm90);
+  if (cc >= 80 && wanted(gemm_backend::sm80)) tensor_backends.push_back(gemm_backend::sm80);
+  if (wanted(gemm_backend::cublaslt)) tensor_backends.push_back(gemm_backend::cublaslt);
+  for (gemm_backend be : tensor_backends) {
+    std::printf("%s:\n", precis::cuda::to_string(be));
+    format_suite<float, void, bfloat16, bfloat16>("bf16", be, tc);
+    format_suite<float, void, half, half>("fp16", be, tc);
+    if (be != gemm_backend::sm90) format_suite<float, precis::tf32, float, float>("tf32", be, tc);
+    if (cc >= 89) {
+      const double u = cc >= 90 ? tc_fp8 : tc;
+      format_suite<float, void, precis::float8_e4m3, bfloat16>("e4m3", be, u);
+      if (be != gemm_backend::cublaslt) format_suite<float, void, precis::float8_e5m2, bfloat16>("e5m2", be, u);
+    }
+    epilogue_suite(be, tc);
+    if (be == gemm_backend::sm90) {
+      // both cluster shapes, on tiles that leave an odd tile row
+      for (int cm : {1, 2}) {
+        spec s;
+        s.backend = be;
+        s.cluster_m = cm;
+        s.m = 3 * 128 + 5, s.n = 2 * 256 + 3, s.k = 777, s.values = data::exact;
+        check_values<float, void, bfloat16, bfloat16, float>("bf16", s, tc);
+        s.values = data::signed_uniform;
+        check_values<float, void, half, half, half>("fp16", s, tc);
+      }
+    }
+  }
+  if (wanted(gemm_backend::simt)) {
+  std::printf("simt:\n");
+  for (auto s : shapes(gemm_backend::simt, data::exact, 21)) check_values<float, void, float, float, float>("fp32", s, u32);
+  for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 22)) check_values<float, void, float, float, float>("fp32", s, u32);
+  for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 23)) check_values<double, void, double, double, double>("fp64", s, 0x1p-53);
+  for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 24)) check_values<half, void, half, half, half>("fp16acc", s, 0x1p-11);
+  for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 25)) check_values<float, void, bfloat16, precis::float8_e4m3, float>("mixed", s, u32);
+  for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 26)) check_values<float, precis::tf32, float, float, float>("tf32", s, u32);
+  epilogue_suite(gemm_backend::simt, u32);
+  }
+
+  // bad calls on the device
+  {
+    precis::cuda::DeviceTensor<float> a(Shape{8, 8}), b(Shape{8, 8}), c(Shape{8, 8});
+    precis::cuda::gemm_options o;
+    o.backend = gemm_backend::sm90;
+    expect_error<precis::invalid_argument>("sm90 with fp32 operands", "backend sm90 cannot run this call",
+                                           [&] { precis::cuda::gemm<float>(1.0f, a, b, 0.0f, c, {}, o); });
+    o.backend = gemm_backend::cublaslt;
+    precis::cuda::epilogue<float> sr;
+    sr.mode = precis::rounding::stochastic;
+    expect_error<precis::invalid_argument>("cublaslt with stochastic rounding", "nearest only",
+                                           [&] { precis::cuda::gemm<float>(1.0f, a, b, 0.0f, c, sr, o); });
+  }
+  std::printf("%s (%d failed)\n", failures == 0 ? "device GEMM checks passed" : "device GEMM checks FAILED", failures);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1 && std::strcmp(argv[1], "--device") == 0) return run_device(std::vector<std::string>(argv + 2, argv + argc));
+    return run_host();
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+}
