@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -108,17 +109,18 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
     struct impl {
       std::string name;
       gemm_backend be;
-      int cluster;
+      int cm, cn;
     };
     std::vector<impl> impls;
     for (gemm_backend be : backends) {
       if (be == gemm_backend::sm90) {
         if (!sm90) continue;
-        impls.push_back({"precis sm90 (cluster 1)", be, 1});
-        impls.push_back({"precis sm90 (cluster 2)", be, 2});
+        for (const auto& [cm, cn] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+          impls.push_back({"precis sm90 (cluster " + std::to_string(cm) + "x" + std::to_string(cn) + ")", be, cm, cn});
+        }
       } else {
         impls.push_back({be == gemm_backend::cublaslt ? std::string("cuBLASLt") : "precis " + std::string(precis::cuda::to_string(be)),
-                         be, 0});
+                         be, 0, 0});
       }
     }
     double base = 0;
@@ -128,7 +130,8 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
       try {
         precis::cuda::gemm_options o;
         o.backend = im.be;
-        o.cluster_m = im.cluster;
+        o.cluster_m = im.cm;
+        o.cluster_n = im.cn;
         const double ms = time_calls(
             [&](cudaStream_t s, int i) {
               o.stream = s;
@@ -179,14 +182,34 @@ double mma_peak(int sms, cudaStream_t s) {
 
 }  // namespace
 
+/// One call of one configuration (bf16, n^3), for a profiler: --profile N BACKEND [CM CN].
+int profile(int n, const std::string& backend, int cm, int cn) {
+  auto a = random_device<precis::bfloat16>(n, n, 1), bt = random_device<precis::bfloat16>(n, n, 2);
+  precis::cuda::DeviceTensor<precis::bfloat16> c(Shape{n, n});
+  precis::cuda::gemm_options o;
+  o.backend = backend == "sm90" ? gemm_backend::sm90 : backend == "sm80" ? gemm_backend::sm80 : gemm_backend::cublaslt;
+  o.cluster_m = cm, o.cluster_n = cn;
+  for (int i = 0; i < 3; ++i) precis::cuda::gemm<float>(1.0f, a, bt.transpose(), 0.0f, c, {}, o);
+  check(cudaDeviceSynchronize(), "profile run");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   bool quick = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json FILE]\n", argv[0]);
+    else if (std::strcmp(argv[i], "--profile") == 0 && i + 2 < argc) {
+      try {
+        return profile(std::atoi(argv[i + 1]), argv[i + 2], i + 3 < argc ? std::atoi(argv[i + 3]) : 0,
+                       i + 4 < argc ? std::atoi(argv[i + 4]) : 0);
+      } catch (const std::exception& e) {
+        std::printf("FAILED: %s\n", e.what());
+        return 1;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN]\n", argv[0]);
       return 2;
     }
   }

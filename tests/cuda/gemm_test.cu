@@ -186,7 +186,7 @@ struct spec {
   activation act = activation::none;
   precis::rounding mode = precis::rounding::nearest_even;
   precis::overflow ov = precis::overflow::infinity;
-  int cluster_m = 0;
+  int cluster_m = 0, cluster_n = 0;
   std::uint64_t seed = 1;
 };
 
@@ -195,7 +195,7 @@ std::string describe(const spec& s) {
   std::snprintf(buf, sizeof buf, "%s m=%td n=%td k=%td%s%s", precis::cuda::to_string(s.backend), s.m, s.n, s.k, s.at ? " A^T" : "",
                 s.bt ? " B^T" : "");
   std::string d = buf;
-  if (s.cluster_m) d += " cluster " + std::to_string(s.cluster_m);
+  if (s.cluster_m) d += " cluster " + std::to_string(s.cluster_m) + "x" + std::to_string(s.cluster_n);
   if (s.alpha != 1 || s.beta != 0) d += " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
   if (s.bias) d += " +bias";
   if (s.act == activation::relu) d += " relu";
@@ -327,6 +327,7 @@ outcome<Out> run_gemm(const spec& s) {
   precis::cuda::gemm_options opt;
   opt.backend = s.backend;
   opt.cluster_m = s.cluster_m;
+  opt.cluster_n = s.cluster_n;
   precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep, opt);
   precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after gemm");
   const auto back = dc.to_host();
@@ -506,8 +507,10 @@ void epilogue_suite(gemm_backend be, double u_acc) {
   for (activation a : {activation::none, activation::relu, activation::gelu, activation::gelu_tanh}) {
     if (be == gemm_backend::cublaslt && a == activation::gelu) continue;
     s.act = a;
-    check_values<float, void, bfloat16, bfloat16, bfloat16>("bf16", s, u_acc);
     check_values<float, void, bfloat16, bfloat16, float>("bf16", s, u_acc);
+    s.bias = be != gemm_backend::cublaslt;  // cuBLASLt wants a bf16 bias for bf16 C
+    check_values<float, void, bfloat16, bfloat16, bfloat16>("bf16", s, u_acc);
+    s.bias = true;
   }
   if (be == gemm_backend::cublaslt) return;  // cuBLASLt rounds to nearest only
   spec r;
@@ -561,16 +564,19 @@ int run_device(const std::vector<std::string>& only) {
     }
     epilogue_suite(be, tc);
     if (be == gemm_backend::sm90) {
-      // both cluster shapes, on tiles that leave an odd tile row
-      for (int cm : {1, 2}) {
-        spec s;
-        s.backend = be;
-        s.cluster_m = cm;
-        s.m = 3 * 128 + 5, s.n = 2 * 256 + 3, s.k = 777, s.values = data::exact;
-        check_values<float, void, bfloat16, bfloat16, float>("bf16", s, tc);
-        s.values = data::signed_uniform;
-        check_values<float, void, half, half, half>("fp16", s, tc);
-      }
+      // every cluster shape, on 3 x 3 tiles: a cluster past the last tile row and column
+      for (int cm : {1, 2})
+        for (int cn : {1, 2}) {
+          spec s;
+          s.backend = be;
+          s.cluster_m = cm, s.cluster_n = cn;
+          s.m = 2 * 128 + 5, s.n = 2 * 256 + 3, s.k = 777, s.values = data::exact;
+          check_values<float, void, bfloat16, bfloat16, float>("bf16", s, tc);
+          s.m = 4 * 128, s.n = 4 * 256, s.bt = true;
+          check_values<float, void, bfloat16, bfloat16, float>("bf16", s, tc);
+          s.values = data::signed_uniform;
+          check_values<float, void, half, half, half>("fp16", s, tc);
+        }
     }
   }
   if (wanted(gemm_backend::simt)) {

@@ -69,9 +69,9 @@ constexpr const char* to_string(gemm_backend b) noexcept {
 struct gemm_options {
   gemm_backend backend = gemm_backend::automatic;
   cudaStream_t stream = nullptr;
-  /// sm90 only: blocks per cluster sharing the B panel by multicast (1 or 2; 0 chooses 2
-  /// when there are at least two tile rows).
-  int cluster_m = 0;
+  /// sm90 only: a cluster of cluster_m x cluster_n blocks on neighbouring tiles loads each
+  /// shared operand panel once and multicasts it (1 or 2 each; 0 chooses).
+  int cluster_m = 0, cluster_n = 0;
 };
 
 namespace detail {
@@ -191,15 +191,15 @@ kmajor_operand k_major(const DeviceView<const S>& v, index_t rs, index_t cs, ind
   return {reinterpret_cast<const char*>(dst), ldd * es};
 }
 
-/// Raises a kernel's dynamic shared-memory limit once per device.
-template <class Kernel>
-void allow_smem(Kernel* kernel, int bytes) {
+/// Raises a kernel's dynamic shared-memory limit once per kernel and device.
+template <auto Kernel>
+void allow_smem(int bytes) {
   static std::array<std::atomic<bool>, 64> done{};
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   auto& flag = done[static_cast<std::size_t>(dev) % done.size()];
   if (!flag.load(std::memory_order_acquire)) {
-    check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+    check(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, " + std::to_string(bytes) + ")");
     flag.store(true, std::memory_order_release);
   }
@@ -224,8 +224,8 @@ void launch_simt(const DeviceView<const SA>& a, const DeviceView<const SB>& b, i
 template <tc_kind KA, tc_kind KB>
 void launch_sm80(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep, cudaStream_t stream) {
   using T = sm80_tile;
-  auto* kernel = &sm80_gemm_kernel<KA, KB>;
-  allow_smem(kernel, T::smem_bytes);
+  constexpr auto kernel = &sm80_gemm_kernel<KA, KB>;
+  allow_smem<kernel>(T::smem_bytes);
   const dim3 grid(static_cast<unsigned>((ep.n + T::bn - 1) / T::bn), static_cast<unsigned>((ep.m + T::bm - 1) / T::bm));
   if (grid.y > 65535u) throw invalid_argument("precis::cuda::gemm (sm80): m=" + std::to_string(ep.m) + "; expected m <= 8388480");
   kernel<<<grid, T::threads, T::smem_bytes, stream>>>(a.data, a.ld_bytes, b.data, b.ld_bytes, k * tc_bytes(KA), ep);
@@ -267,19 +267,24 @@ inline CUtensorMap make_tensor_map(const kmajor_operand& op, CUtensorMapDataType
   return map;
 }
 
-template <tc_kind K, int ClusterM>
-void launch_sm90_cluster(const CUtensorMap& ta, const CUtensorMap& tb, index_t k, const epilogue_desc<float>& ep,
+template <tc_kind K, int ClusterM, int ClusterN>
+void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep,
                          cudaStream_t stream, int sms) {
   using T = sm90_tile;
-  auto* kernel = &sm90_gemm_kernel<K, ClusterM>;
-  allow_smem(kernel, T::smem_bytes);
+  constexpr auto kernel = &sm90_gemm_kernel<K, ClusterM, ClusterN>;
+  allow_smem<kernel>(T::smem_bytes);
+  const CUtensorMapDataType type = K == tc_kind::f16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                   : K == tc_kind::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMap ta = make_tensor_map(a, type, tc_bytes(K), ep.m, k, T::bm / ClusterN);
+  const CUtensorMap tb = make_tensor_map(b, type, tc_bytes(K), ep.n, k, 128);
   const index_t tiles_m = (ep.m + T::bm - 1) / T::bm, tiles_n = (ep.n + T::bn - 1) / T::bn;
-  const index_t tiles = (tiles_m + ClusterM - 1) / ClusterM * tiles_n;
+  const index_t tiles = (tiles_m + ClusterM - 1) / ClusterM * ((tiles_n + ClusterN - 1) / ClusterN);
 
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = ClusterM;
+  attr[0].val.clusterDim.x = ClusterM * ClusterN;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.blockDim = dim3(T::threads);
@@ -294,41 +299,35 @@ void launch_sm90_cluster(const CUtensorMap& ta, const CUtensorMap& tb, index_t k
   auto& slot = resident[static_cast<std::size_t>(dev) % resident.size()];
   int clusters = slot.load(std::memory_order_relaxed);
   if (clusters == 0) {
-    cfg.gridDim = dim3(static_cast<unsigned>(ClusterM * sms));
+    cfg.gridDim = dim3(static_cast<unsigned>(ClusterM * ClusterN * sms));
     check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg), "cudaOccupancyMaxActiveClusters (sm90 GEMM)");
     if (clusters <= 0) throw cuda_error("precis::cuda::gemm: no cluster of the sm90 kernel fits on this device");
     slot.store(clusters, std::memory_order_relaxed);
   }
-  const index_t grid = std::min<index_t>(tiles, clusters) * ClusterM;
+  const index_t grid = std::min<index_t>(tiles, clusters) * ClusterM * ClusterN;
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   const int kblocks = static_cast<int>((k * tc_bytes(K) + T::bk_bytes - 1) / T::bk_bytes);
   check(cudaLaunchKernelEx(&cfg, kernel, ta, tb, kblocks, ep),
-        "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " + std::to_string(ClusterM) + ")");
+        "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " + std::to_string(ClusterM) + " x " +
+            std::to_string(ClusterN) + ")");
 }
 
 template <tc_kind K>
 void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep, cudaStream_t stream,
-                 int cluster_m, int sms) {
+                 int cluster_m, int cluster_n, int sms) {
   if (ep.m >= (index_t{1} << 31) || ep.n >= (index_t{1} << 31) || k >= (index_t{1} << 31)) {
     throw invalid_argument("precis::cuda::gemm (sm90): " + mnk(ep.m, ep.n, k) + "; expected each below 2^31");
   }
-  const CUtensorMapDataType type = K == tc_kind::f16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                   : K == tc_kind::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const CUtensorMap ta = make_tensor_map(a, type, tc_bytes(K), ep.m, k, sm90_tile::bm);
-  const CUtensorMap tb = make_tensor_map(b, type, tc_bytes(K), ep.n, k, sm90_tile::bn / 2);
   if (cluster_m == 0) cluster_m = ep.m > sm90_tile::bm ? 2 : 1;
-  if (cluster_m == 1) launch_sm90_cluster<K, 1>(ta, tb, k, ep, stream, sms);
-  else if (cluster_m == 2) launch_sm90_cluster<K, 2>(ta, tb, k, ep, stream, sms);
-  else throw invalid_argument("precis::cuda::gemm: gemm_options::cluster_m = " + std::to_string(cluster_m) + "; expected 0, 1 or 2");
-}
-
-/// Whether Op can name the format operands are rounded to before the product.
-template <class Op>
-constexpr bool operand_format() {
-  if constexpr (std::is_void_v<Op>) return true;
-  else if constexpr (device_value_format<Op>) return format_traits<Op>::has_infinity;
-  else return false;
+  if (cluster_n == 0) cluster_n = 1;
+  if (cluster_m == 1 && cluster_n == 1) launch_sm90_cluster<K, 1, 1>(a, b, k, ep, stream, sms);
+  else if (cluster_m == 2 && cluster_n == 1) launch_sm90_cluster<K, 2, 1>(a, b, k, ep, stream, sms);
+  else if (cluster_m == 1 && cluster_n == 2) launch_sm90_cluster<K, 1, 2>(a, b, k, ep, stream, sms);
+  else if (cluster_m == 2 && cluster_n == 2) launch_sm90_cluster<K, 2, 2>(a, b, k, ep, stream, sms);
+  else {
+    throw invalid_argument("precis::cuda::gemm: gemm_options cluster " + std::to_string(cluster_m) + " x " +
+                           std::to_string(cluster_n) + "; expected 0 (choose), 1 or 2 each");
+  }
 }
 
 /// The kernels' description of C and the epilogue.
@@ -354,6 +353,14 @@ epilogue_desc<W> make_epilogue_desc(const Acc& alpha, const Acc& beta, const Dev
             ep.act == activation::none && (p.out == value_format::f32 || p.out == value_format::f16 || p.out == value_format::bf16);
   p.pairs = p.cs == 1 && p.rs % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.c) % (2 * sizeof(Out)) == 0;
   return p;
+}
+
+/// Whether Op can name the format operands are rounded to before the product.
+template <class Op>
+constexpr bool operand_format() {
+  if constexpr (std::is_void_v<Op>) return true;
+  else if constexpr (device_value_format<Op>) return format_traits<Op>::has_infinity;
+  else return false;
 }
 
 template <class T>
@@ -484,7 +491,9 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, C&& c_, c
     const auto ao = detail::k_major<TA, Operand>(a, a.strides()[0], a.strides()[1], m, k, stream, sa);
     const auto bo = detail::k_major<TB, Operand>(b, b.strides()[1], b.strides()[0], n, k, stream, sb);
     if (use == gemm_backend::sm90) {
-      if constexpr (KA == KB && KA != detail::tc_kind::tf32) detail::launch_sm90<KA>(ao, bo, k, p, stream, opt.cluster_m, dev.sms);
+      if constexpr (KA == KB && KA != detail::tc_kind::tf32) {
+        detail::launch_sm90<KA>(ao, bo, k, p, stream, opt.cluster_m, opt.cluster_n, dev.sms);
+      }
     } else {
       detail::launch_sm80<KA, KB>(ao, bo, k, p, stream);
     }

@@ -7,8 +7,8 @@
 //   Acc float with fp16, bf16, fp32 (Operand void: fp32 products; Operand tf32: TF32 tensor
 //   cores) or fp8 operands; Acc double with fp64; Acc half with fp16. Operands with a unit
 //   stride along a row or a column (plain or transposed), C with unit column stride, C of
-//   fp16, bf16, fp32 or fp64. Epilogues: alpha, beta, bias, relu and gelu_tanh, rounding to
-//   nearest. cuBLASLt's own limits (fp8 needs both operands K-major, alignment ...) surface as
+//   fp16, bf16, fp32 or fp64. Epilogues: alpha, beta, a bias in C's format, relu and
+//   gelu_tanh, rounding to nearest. cuBLASLt's own limits (fp8 needs both operands K-major, alignment ...) surface as
 //   a cuda_error when it offers no algorithm.
 // Row-major C = A B is computed as column-major C^T = B^T A^T. One handle and a 32 MiB
 // workspace per device live for the process; the algorithm chosen by cuBLASLt's heuristic is
@@ -110,7 +110,9 @@ void cublaslt_gemm(Acc alpha, const DeviceView<const SA>& a, const DeviceView<co
   }
   if (ep.mode != rounding::nearest_even) throw invalid_argument(op + ": cuBLASLt rounds to nearest only");
   if (ep.act == activation::gelu) throw invalid_argument(op + ": cuBLASLt's GELU is the tanh form; use activation::gelu_tanh");
-  if (ep.bias.data() != nullptr && tbias < 0) throw invalid_argument(op + ": the bias must be fp16, bf16, fp32 or fp64");
+  if (ep.bias.data() != nullptr && tbias != tc && !(tc == CUDA_R_32F && tbias == CUDA_R_32F)) {
+    throw invalid_argument(op + ": cuBLASLt takes the bias in C's format; convert it first");
+  }
 
   const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   // A' = B^T: from B K-major (transposed view of n x k rows) or N-major (row-major k x n)

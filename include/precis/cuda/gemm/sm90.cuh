@@ -11,10 +11,8 @@
 // operand panels in L2); the producer runs ahead into the next tile while the consumers
 // finish the last one.
 //
-// With ClusterM = 2 two blocks on neighbouring tile rows form a cluster that shares the B
-// panel: each loads half of it and multicasts it into both blocks' shared memory, halving B's
-// traffic from L2. A stage is free only when the consumers of both blocks have released it,
-// so each consumer warpgroup arrives on the empty barrier of every block in the cluster.
+// Blocks can form clusters of up to 2 x 2 neighbouring tiles that load each shared operand
+// panel once and multicast it (see the kernel), cutting operand traffic from L2.
 //
 // Operands are K-major with 16-byte aligned rows (the dispatcher stages any other layout);
 // TMA zero-fills rows and K past the edges, and the epilogue writes only inside C.
@@ -59,17 +57,27 @@ __device__ __forceinline__ void sm90_tile_of(int t, int rows, int cols, int& tm,
   tn = r / in_group;
 }
 
-/// C (through ep) = A B, A described by tma_a as (k, m) with box (bk, 128) and B (given as its
-/// transpose, n rows of k) by tma_b with box (bk, 128). Grid: a multiple of ClusterM blocks of
-/// 384 threads, at most the number that can be resident; dynamic shared memory
-/// sm90_tile::smem_bytes.
-template <tc_kind K, int ClusterM>
+/// C (through ep) = A B, A described by tma_a as (k, m) with boxes of (bk, 128 / ClusterN) and
+/// B (given as its transpose, n rows of k) by tma_b with boxes of (bk, 128). Grid: a multiple of
+/// ClusterM * ClusterN blocks of 384 threads, at most as many clusters as can be resident;
+/// dynamic shared memory sm90_tile::smem_bytes.
+///
+/// Clusters: the ClusterM x ClusterN blocks of a cluster compute neighbouring tiles (rank r is
+/// tile row r % ClusterM, tile column r / ClusterM of the cluster's patch). Blocks on the same
+/// tile row need the same A panel: each loads 1/ClusterN of it and multicasts it to the others;
+/// blocks on the same tile column share B the same way. A stage is free again only when every
+/// block that writes into it has seen it consumed, so each consumer warpgroup arrives on the
+/// empty barrier of every block on its tile row and tile column.
+template <tc_kind K, int ClusterM, int ClusterN>
 __global__ void __launch_bounds__(sm90_tile::threads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int kblocks,
                      epilogue_desc<float> ep) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = sm90_tile;
-  constexpr int bk = T::bk_bytes / tc_bytes(K);  // K elements per stage
+  constexpr int cluster_size = ClusterM * ClusterN;
+  constexpr int bk = T::bk_bytes / tc_bytes(K);           // K elements per stage
+  constexpr int a_rows = T::bm / ClusterN;                 // A rows this block loads per stage
+  constexpr int b_rows = T::bn / ClusterM;                 // B rows this block loads per stage
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const std::uint32_t bars = base + T::stages * T::stage_bytes;
@@ -79,45 +87,54 @@ __global__ void __launch_bounds__(sm90_tile::threads, 1)
   const auto empty = [&](int s) { return bars + static_cast<std::uint32_t>(T::stages + s) * 8; };
 
   const int wg = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
-  const int rank = ClusterM > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
+  const int rank = cluster_size > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
+  const int rm = rank % ClusterM, rn = rank / ClusterM;
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::stages; ++s) {
       ptx::mbar_init(full(s), 1);
-      ptx::mbar_init(empty(s), 2 * ClusterM);  // one arrival per consumer warpgroup per block
+      // one arrival per consumer warpgroup of every block on this tile row and tile column
+      ptx::mbar_init(empty(s), 2 * (ClusterM + ClusterN - 1));
     }
     ptx::fence_mbarrier_init();
   }
-  if constexpr (ClusterM > 1) ptx::cluster_sync();
+  if constexpr (cluster_size > 1) ptx::cluster_sync();
   else __syncthreads();
 
   const int tiles_m = static_cast<int>((ep.m + T::bm - 1) / T::bm), tiles_n = static_cast<int>((ep.n + T::bn - 1) / T::bn);
-  const int rows = (tiles_m + ClusterM - 1) / ClusterM;
-  const int total = rows * tiles_n;
-  const int cluster = static_cast<int>(blockIdx.x) / ClusterM, clusters = static_cast<int>(gridDim.x) / ClusterM;
+  const int rows = (tiles_m + ClusterM - 1) / ClusterM, cols = (tiles_n + ClusterN - 1) / ClusterN;
+  const int total = rows * cols;
+  const int cluster = static_cast<int>(blockIdx.x) / cluster_size, clusters = static_cast<int>(gridDim.x) / cluster_size;
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
       ptx::tma_prefetch_descriptor(&tma_a);
       ptx::tma_prefetch_descriptor(&tma_b);
+      // blocks on a tile row (same rm) share A; blocks on a tile column (same rn) share B
+      std::uint16_t mask_a = 0, mask_b = 0;
+      for (int j = 0; j < ClusterN; ++j) mask_a = static_cast<std::uint16_t>(mask_a | (1u << (rm + ClusterM * j)));
+      for (int i = 0; i < ClusterM; ++i) mask_b = static_cast<std::uint16_t>(mask_b | (1u << (i + ClusterM * rn)));
       int stage = 0;
       std::uint32_t phase = 0;
       for (int t = cluster; t < total; t += clusters) {
         int tm, tn;
-        sm90_tile_of(t, rows, tiles_n, tm, tn);
-        // a block past the last tile row (odd tile rows in a pair) loads the last row again
-        // and writes nothing
-        const int tile_m = tm * ClusterM + rank < tiles_m ? tm * ClusterM + rank : tiles_m - 1;
+        sm90_tile_of(t, rows, cols, tm, tn);
+        // a block past the last tile row or column (an odd count in a cluster) loads the last
+        // tile's panels again, for its partners, and writes nothing
+        const int tile_m = tm * ClusterM + rm < tiles_m ? tm * ClusterM + rm : tiles_m - 1;
+        const int tile_n = tn * ClusterN + rn < tiles_n ? tn * ClusterN + rn : tiles_n - 1;
         for (int kb = 0; kb < kblocks; ++kb) {
           ptx::mbar_wait(empty(stage), phase ^ 1);
           ptx::mbar_arrive_expect_tx(full(stage), T::stage_bytes);
-          ptx::tma_load_2d(sa(stage), &tma_a, full(stage), kb * bk, tile_m * T::bm);
-          if constexpr (ClusterM == 1) {
-            ptx::tma_load_2d(sb(stage), &tma_b, full(stage), kb * bk, tn * T::bn);
-            ptx::tma_load_2d(sb(stage) + T::b_bytes / 2, &tma_b, full(stage), kb * bk, tn * T::bn + T::bn / 2);
-          } else {
-            ptx::tma_load_2d_multicast(sb(stage) + static_cast<std::uint32_t>(rank) * (T::b_bytes / 2), &tma_b, full(stage),
-                                       kb * bk, tn * T::bn + rank * (T::bn / 2), static_cast<std::uint16_t>(0x3));
+          const std::uint32_t da = sa(stage) + static_cast<std::uint32_t>(rn * a_rows * T::bk_bytes);
+          if constexpr (ClusterN == 1) ptx::tma_load_2d(da, &tma_a, full(stage), kb * bk, tile_m * T::bm);
+          else ptx::tma_load_2d_multicast(da, &tma_a, full(stage), kb * bk, tile_m * T::bm + rn * a_rows, mask_a);
+#pragma unroll
+          for (int q = 0; q < b_rows / 128; ++q) {
+            const int row = rm * b_rows + q * 128;
+            const std::uint32_t db = sb(stage) + static_cast<std::uint32_t>(row * T::bk_bytes);
+            if constexpr (ClusterM == 1) ptx::tma_load_2d(db, &tma_b, full(stage), kb * bk, tile_n * T::bn + row);
+            else ptx::tma_load_2d_multicast(db, &tma_b, full(stage), kb * bk, tile_n * T::bn + row, mask_b);
           }
           if (++stage == T::stages) {
             stage = 0;
@@ -131,11 +148,15 @@ __global__ void __launch_bounds__(sm90_tile::threads, 1)
     const int c = wg - 1;  // rows c*64 .. c*64+63 of the tile
     const auto release = [&](int s) {
       if (tid == 0) {
-        if constexpr (ClusterM == 1) {
+        if constexpr (cluster_size == 1) {
           ptx::mbar_arrive(empty(s));
         } else {
 #pragma unroll
-          for (int r = 0; r < ClusterM; ++r) ptx::mbar_arrive_cluster(empty(s), static_cast<std::uint32_t>(r));
+          for (int j = 0; j < ClusterN; ++j) ptx::mbar_arrive_cluster(empty(s), static_cast<std::uint32_t>(rm + ClusterM * j));
+#pragma unroll
+          for (int i = 0; i < ClusterM; ++i) {
+            if (i != rm) ptx::mbar_arrive_cluster(empty(s), static_cast<std::uint32_t>(i + ClusterM * rn));
+          }
         }
       }
     };
@@ -146,8 +167,8 @@ __global__ void __launch_bounds__(sm90_tile::threads, 1)
     std::uint32_t phase = 0;
     for (int t = cluster; t < total; t += clusters) {
       int tm, tn;
-      sm90_tile_of(t, rows, tiles_n, tm, tn);
-      const int tile_m = tm * ClusterM + rank;
+      sm90_tile_of(t, rows, cols, tm, tn);
+      const int tile_m = tm * ClusterM + rm, tile_n = tn * ClusterN + rn;
       int prev = 0;
       for (int kb = 0; kb < kblocks; ++kb) {
         ptx::mbar_wait(full(stage), phase);
@@ -174,12 +195,12 @@ __global__ void __launch_bounds__(sm90_tile::threads, 1)
       ptx::wgmma_wait<0>();
       ptx::fence_operands(acc);
       release(prev);
-      if (tile_m < tiles_m) {
+      if (tile_m < tiles_m && tile_n < tiles_n) {
         // accumulator fragment: warp w holds rows 16w..16w+15; register 4i+{0,1} is at
         // (lane/4, 8i + 2(lane%4) + {0,1}), register 4i+{2,3} eight rows below
         const int warp = tid / 32, lane = tid % 32;
         const index_t i0 = static_cast<index_t>(tile_m) * T::bm + c * 64 + warp * 16 + lane / 4;
-        const index_t j0 = static_cast<index_t>(tn) * T::bn + 2 * (lane % 4);
+        const index_t j0 = static_cast<index_t>(tile_n) * T::bn + 2 * (lane % 4);
         with_epilogue(ep, [&](auto store) {
 #pragma unroll
           for (int i = 0; i < 32; ++i) {
@@ -192,7 +213,7 @@ __global__ void __launch_bounds__(sm90_tile::threads, 1)
   }
   // No block may leave while another in its cluster can still write into its shared memory
   // or arrive on its barriers.
-  if constexpr (ClusterM > 1) ptx::cluster_sync();
+  if constexpr (cluster_size > 1) ptx::cluster_sync();
 #endif
 }
 
