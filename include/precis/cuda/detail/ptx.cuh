@@ -36,9 +36,10 @@ __device__ inline void ldmatrix_x4(std::uint32_t addr, std::uint32_t (&r)[4]) {
 
 // --- mma.sync (9.7.14.5.14): D = A B + D on a 16x8 tile, fp32 accumulators. The operand
 // registers hold 32 bytes of K per row: k16 for 16-bit inputs, k8 for tf32, k32 for fp8.
+// Registers in, registers out: not volatile, so the compiler may interleave them with loads.
 #define PRECIS_PTX_MMA(name, shape_types)                                                              \
   __device__ inline void name(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) { \
-    asm volatile("mma.sync.aligned." shape_types " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "       \
+    asm("mma.sync.aligned." shape_types " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "                \
                  "{%0, %1, %2, %3};\n"                                                                 \
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                        \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                     \
@@ -74,7 +75,7 @@ __device__ inline void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta)
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(bar),
       "r"(cta)
       : "memory");

@@ -4,7 +4,8 @@
 // Operands are K-major with 16-byte aligned rows (the dispatcher stages any other layout).
 // A block of 256 threads computes a 128 x 256 tile of C; its 8 warps each hold a 64 x 64
 // tile of fp32 accumulators (4 x 8 instructions of 16 x 8). K advances 128 bytes per stage,
-// three stages deep. Shared-memory rows are 128 bytes with the 16-byte chunk index XORed with
+// four stages deep; the fragments of the next 32 bytes of K load while the current ones
+// multiply. Shared-memory rows are 128 bytes with the 16-byte chunk index XORed with
 // the row's low three bits, so the eight rows an ldmatrix phase reads and the chunks a row
 // of cp.async writes fall in distinct banks. Every instruction precis uses consumes 32 bytes
 // of K (k16 fp16/bf16, k8 tf32, k32 fp8), so one kernel serves every kind; tf32 operands are
@@ -23,7 +24,7 @@
 namespace precis::cuda::detail {
 
 struct sm80_tile {
-  static constexpr int bm = 128, bn = 256, bk_bytes = 128, stages = 3, threads = 256;
+  static constexpr int bm = 128, bn = 256, bk_bytes = 128, stages = 4, threads = 256;
   static constexpr int a_bytes = bm * bk_bytes, b_bytes = bn * bk_bytes, stage_bytes = a_bytes + b_bytes;
   static constexpr int smem_bytes = stages * stage_bytes;
 };
@@ -116,9 +117,8 @@ __global__ void __launch_bounds__(sm80_tile::threads, 1)
       ptx::cp_async_commit();
     }
     const std::uint32_t sa = s0 + static_cast<std::uint32_t>(kb % T::stages) * T::stage_bytes, sb = sa + T::a_bytes;
-#pragma unroll
-    for (int ks = 0; ks < T::bk_bytes / 32; ++ks) {
-      std::uint32_t af[4][4], bf[8][2];
+    // fragments of 32 bytes of K: A for 4 row tiles, B for 8 column tiles (two per ldmatrix)
+    const auto load = [&](int ks, std::uint32_t (&af)[4][4], std::uint32_t (&bf)[8][2]) {
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
         ptx::ldmatrix_x4(sa + a_row + static_cast<std::uint32_t>(mt * 16 * T::bk_bytes) +
@@ -140,16 +140,22 @@ __global__ void __launch_bounds__(sm80_tile::threads, 1)
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) af[mt][e] = round_tf32_bits(af[mt][e]);
+          for (int e = 0; e < 4; ++e) af[mt][e] = round_tf32_device(af[mt][e]);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) bf[nt][e] = round_tf32_bits(bf[nt][e]);
+          for (int e = 0; e < 2; ++e) bf[nt][e] = round_tf32_device(bf[nt][e]);
       }
+    };
+    std::uint32_t af[2][4][4], bf[2][8][2];
+    load(0, af[0], bf[0]);
+#pragma unroll
+    for (int ks = 0; ks < T::bk_bytes / 32; ++ks) {
+      if (ks + 1 < T::bk_bytes / 32) load(ks + 1, af[(ks + 1) % 2], bf[(ks + 1) % 2]);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) sm80_mma<KA, KB>(acc[mt][nt], af[mt], bf[nt]);
+        for (int nt = 0; nt < 8; ++nt) sm80_mma<KA, KB>(acc[mt][nt], af[ks % 2][mt], bf[ks % 2][nt]);
     }
   }
   ptx::cp_async_wait<0>();

@@ -46,4 +46,18 @@ PRECIS_HOST_DEVICE constexpr std::uint32_t round_tf32_bits(std::uint32_t x) {
   return (x + 0x00000fffu + ((x >> 13) & 1u)) & 0xffffe000u;
 }
 
+#if defined(__CUDACC__)
+/// round_tf32_bits in the kernels: one conversion instruction on sm_90 (cvt.rn.tf32.f32, round
+/// to nearest even; NaNs stay NaN, their payload may change), the integer sequence before.
+__device__ __forceinline__ std::uint32_t round_tf32_device(std::uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  std::uint32_t r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(__uint_as_float(x)));
+  return r;
+#else
+  return round_tf32_bits(x);
+#endif
+}
+#endif
+
 }  // namespace precis::cuda::detail
