@@ -7,8 +7,9 @@
 // format (sm90 with clusters of 1 and 2 blocks, sm80) and cuBLASLt through precis's cublaslt
 // backend. Operands are K-major ("TN", the layout every tensor-core kernel reads without
 // staging), uniform random in [-1, 1). Each timing is a CUDA graph of back-to-back calls (so
-// host dispatch is excluded), replayed after a warm-up; the reported time is the median over
-// replays, as TFLOP/s (2mnk / time) and as a ratio to cuBLASLt. Small shapes rotate over
+// host dispatch is excluded), replayed after a warm-up; implementations take turns over five
+// rounds and each reports the median of its rounds, as TFLOP/s (2mnk / time) and as a ratio
+// to cuBLASLt. Small shapes rotate over
 // several operand sets so they are not served from L2 alone. Also measured: the mma.sync
 // issue ceiling of this GPU (a loop of independent m16n8k16 bf16 instructions in registers),
 // the bound the sm80 kernel cannot pass.
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <precis/cuda/gemm.cuh>
 #include <precis/precis.hpp>
 #include <string>
@@ -37,36 +39,55 @@ struct row {
   std::string note;
 };
 
-/// Median milliseconds per call of `call`, from graphs of `per_graph` calls replayed `reps` times.
-double time_calls(const std::function<void(cudaStream_t, int)>& call, int per_graph, int reps, cudaStream_t s) {
-  for (int i = 0; i < 2; ++i) call(s, i);  // plans, probes, first-use allocations
-  check(cudaStreamSynchronize(s), "warm-up");
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < per_graph; ++i) call(s, i);
-  check(cudaStreamEndCapture(s, &g), "end capture");
-  check(cudaGraphInstantiate(&ge, g, 0), "graph instantiate");
-  check(cudaGraphLaunch(ge, s), "graph launch");  // warm-up replay
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    check(cudaEventRecord(a, s), "record");
-    check(cudaGraphLaunch(ge, s), "graph launch");
-    check(cudaEventRecord(b, s), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms / per_graph);
+/// Times `call` as a CUDA graph of `per_graph` back-to-back calls (host dispatch excluded).
+class graph_timer {
+ public:
+  graph_timer(const std::function<void(cudaStream_t, int)>& call, int per_graph, cudaStream_t s) : s_(s), per_graph_(per_graph) {
+    for (int i = 0; i < 2; ++i) call(s, i);  // plans, probes, first-use allocations
+    check(cudaStreamSynchronize(s), "warm-up");
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
+    for (int i = 0; i < per_graph; ++i) call(s, i);
+    check(cudaStreamEndCapture(s, &g_), "end capture");
+    check(cudaGraphInstantiate(&ge_, g_, 0), "graph instantiate");
+    check(cudaGraphLaunch(ge_, s), "graph launch");  // warm-up replay
+    check(cudaEventCreate(&a_), "event");
+    check(cudaEventCreate(&b_), "event");
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  graph_timer(const graph_timer&) = delete;
+  graph_timer& operator=(const graph_timer&) = delete;
+  ~graph_timer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+    cudaGraphExecDestroy(ge_);
+    cudaGraphDestroy(g_);
+  }
+  /// Median milliseconds per call over `reps` replays.
+  double sample(int reps) {
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      check(cudaEventRecord(a_, s_), "record");
+      check(cudaGraphLaunch(ge_, s_), "graph launch");
+      check(cudaEventRecord(b_, s_), "record");
+      check(cudaEventSynchronize(b_), "sync");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, a_, b_), "elapsed");
+      t.push_back(ms / per_graph_);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+ private:
+  cudaStream_t s_;
+  int per_graph_;
+  cudaGraph_t g_{};
+  cudaGraphExec_t ge_{};
+  cudaEvent_t a_{}, b_{};
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 template <class T>
@@ -105,7 +126,7 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
     }
     const bool big = flop > 1e11;
     const int per_graph = big ? (quick ? 2 : 5) : 20 * sets;
-    const int reps = quick ? 3 : (big ? 10 : 20);
+    const int reps = quick ? 2 : 5, rounds = quick ? 1 : 5;
     struct impl {
       std::string name;
       gemm_backend be;
@@ -123,29 +144,40 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
                          be, 0, 0});
       }
     }
-    double base = 0;
+    // Every implementation is timed in each of several rounds, in turn, and reported as the
+    // median over rounds: clocks drift with power and temperature, and interleaving keeps
+    // that drift out of the ratios.
     std::vector<row> rows;
+    std::vector<std::unique_ptr<graph_timer>> timers;
     for (const auto& im : impls) {
-      row r{fmt, sh.name, im.name};
+      rows.push_back(row{fmt, sh.name, im.name});
       try {
         precis::cuda::gemm_options o;
         o.backend = im.be;
         o.cluster_m = im.cm;
         o.cluster_n = im.cn;
-        const double ms = time_calls(
-            [&](cudaStream_t s, int i) {
+        timers.push_back(std::make_unique<graph_timer>(
+            [&, o](cudaStream_t s, int i) mutable {
               o.stream = s;
               const int j = i % sets;
               precis::cuda::gemm<float, Op>(1.0f, as[j], bts[j].transpose(), 0.0f, cs[j], {}, o);
             },
-            per_graph, reps, stream);
-        r.ms = ms;
-        r.tflops = flop / (ms * 1e-3) / 1e12;
-        if (im.be == gemm_backend::cublaslt) base = r.tflops;
+            per_graph, stream));
       } catch (const std::exception& e) {
-        r.note = e.what();
+        rows.back().note = e.what();
+        timers.push_back(nullptr);
       }
-      rows.push_back(r);
+    }
+    std::vector<std::vector<double>> ms(impls.size());
+    for (int round = 0; round < rounds; ++round)
+      for (std::size_t i = 0; i < impls.size(); ++i)
+        if (timers[i]) ms[i].push_back(timers[i]->sample(reps));
+    double base = 0;
+    for (std::size_t i = 0; i < impls.size(); ++i) {
+      if (!timers[i]) continue;
+      rows[i].ms = median(ms[i]);
+      rows[i].tflops = flop / (rows[i].ms * 1e-3) / 1e12;
+      if (impls[i].be == gemm_backend::cublaslt) base = rows[i].tflops;
     }
     for (auto& r : rows) {
       r.ratio = base > 0 && r.tflops > 0 ? r.tflops / base : 0;
@@ -174,8 +206,8 @@ __global__ void mma_peak_kernel(float* sink, int iters) {
 double mma_peak(int sms, cudaStream_t s) {
   precis::cuda::device_buffer<float> sink(1024);
   const int iters = 4096, blocks = sms * 4, threads = 256;
-  const auto run = [&](cudaStream_t st, int) { mma_peak_kernel<<<blocks, threads, 0, st>>>(sink.data(), iters); };
-  const double ms = time_calls(run, 3, 5, s);
+  graph_timer t([&](cudaStream_t st, int) { mma_peak_kernel<<<blocks, threads, 0, st>>>(sink.data(), iters); }, 3, s);
+  const double ms = t.sample(5);
   const double flop = 2.0 * 16 * 8 * 16 * 8.0 * iters * (threads / 32) * blocks;
   return flop / (ms * 1e-3) / 1e12;
 }

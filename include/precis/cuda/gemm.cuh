@@ -13,8 +13,9 @@
 // transposes are views.
 //
 // Kernels (chosen per call; gemm_options::backend forces one):
-//   sm90  wgmma + TMA, warp-specialized and persistent (gemm/sm90.cuh): fp16 x fp16 and
-//         bf16 x bf16 with fp32 accumulation on sm_90a (H100, H200);
+//   sm90  wgmma + TMA, warp-specialized and persistent (gemm/sm90.cuh): fp16 x fp16,
+//         bf16 x bf16, e4m3 x e4m3 and e5m2 x e5m2 with fp32 accumulation on sm_90a (H100,
+//         H200); fp8 partial sums are promoted to fp32 every 128 elements of K;
 //   sm80  mma.sync + ldmatrix + cp.async (gemm/sm80.cuh): fp16, bf16, tf32 and, on sm_89 and
 //         later, fp8 e4m3/e5m2 (either pairing), fp32 accumulation;
 //   simt  CUDA cores (gemm/simt.cuh): every other combination, including minifloats, mixed
@@ -270,14 +271,14 @@ inline CUtensorMap make_tensor_map(const kmajor_operand& op, CUtensorMapDataType
 template <tc_kind K, int ClusterM, int ClusterN>
 void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep,
                          cudaStream_t stream, int sms) {
-  using T = sm90_tile;
+  using T = sm90_tile<K>;
   constexpr auto kernel = &sm90_gemm_kernel<K, ClusterM, ClusterN>;
   allow_smem<kernel>(T::smem_bytes);
   const CUtensorMapDataType type = K == tc_kind::f16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                    : K == tc_kind::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                         : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUtensorMap ta = make_tensor_map(a, type, tc_bytes(K), ep.m, k, T::bm / ClusterN);
-  const CUtensorMap tb = make_tensor_map(b, type, tc_bytes(K), ep.n, k, 128);
+  const CUtensorMap tb = make_tensor_map(b, type, tc_bytes(K), ep.n, k, std::min(128, T::bn / ClusterM));
   const index_t tiles_m = (ep.m + T::bm - 1) / T::bm, tiles_n = (ep.n + T::bn - 1) / T::bn;
   const index_t tiles = (tiles_m + ClusterM - 1) / ClusterM * ((tiles_n + ClusterN - 1) / ClusterN);
 
@@ -318,7 +319,8 @@ void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k, co
   if (ep.m >= (index_t{1} << 31) || ep.n >= (index_t{1} << 31) || k >= (index_t{1} << 31)) {
     throw invalid_argument("precis::cuda::gemm (sm90): " + mnk(ep.m, ep.n, k) + "; expected each below 2^31");
   }
-  if (cluster_m == 0) cluster_m = ep.m > sm90_tile::bm ? 2 : 1;
+  // 2 x 1 measured fastest for 16-bit operands at 4096^3 and 8192^3 (docs/benchmarks.md)
+  if (cluster_m == 0) cluster_m = ep.m > sm90_tile<K>::bm ? 2 : 1;
   if (cluster_n == 0) cluster_n = 1;
   if (cluster_m == 1 && cluster_n == 1) launch_sm90_cluster<K, 1, 1>(a, b, k, ep, stream, sms);
   else if (cluster_m == 2 && cluster_n == 1) launch_sm90_cluster<K, 2, 1>(a, b, k, ep, stream, sms);
@@ -465,7 +467,7 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, C&& c_, c
   }
   gemm_backend use = opt.backend;
   if (use == gemm_backend::automatic) {
-    constexpr bool sm90_default = ka == kb && (ka == static_cast<int>(detail::tc_kind::f16) || ka == static_cast<int>(detail::tc_kind::bf16));
+    constexpr bool sm90_default = ka == kb && ka != static_cast<int>(detail::tc_kind::tf32);
     use = (tensor_cores && sm90_default && why_not_sm90.empty()) ? gemm_backend::sm90
           : (tensor_cores && why_not_sm80.empty())               ? gemm_backend::sm80
                                                                   : gemm_backend::simt;
