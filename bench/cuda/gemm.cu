@@ -214,34 +214,39 @@ double mma_peak(int sms, cudaStream_t s) {
 
 }  // namespace
 
-/// One call of one configuration (bf16, n^3), for a profiler: --profile N BACKEND [CM CN].
-int profile(int n, const std::string& backend, int cm, int cn) {
+/// `repeat` calls of one configuration (bf16, n^3), for a profiler or a clock and power
+/// reading: --profile N BACKEND [CM CN [REPEAT]].
+int profile(int n, const std::string& backend, int cm, int cn, int repeat) {
   auto a = random_device<precis::bfloat16>(n, n, 1), bt = random_device<precis::bfloat16>(n, n, 2);
   precis::cuda::DeviceTensor<precis::bfloat16> c(Shape{n, n});
   precis::cuda::gemm_options o;
   o.backend = backend == "sm90" ? gemm_backend::sm90 : backend == "sm80" ? gemm_backend::sm80 : gemm_backend::cublaslt;
   o.cluster_m = cm, o.cluster_n = cn;
-  for (int i = 0; i < 3; ++i) precis::cuda::gemm<float>(1.0f, a, bt.transpose(), 0.0f, c, {}, o);
+  for (int i = 0; i < repeat; ++i) precis::cuda::gemm<float>(1.0f, a, bt.transpose(), 0.0f, c, {}, o);
   check(cudaDeviceSynchronize(), "profile run");
   return 0;
 }
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, big_only = false;
+  std::string only;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--big") == 0) big_only = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     else if (std::strcmp(argv[i], "--profile") == 0 && i + 2 < argc) {
       try {
         return profile(std::atoi(argv[i + 1]), argv[i + 2], i + 3 < argc ? std::atoi(argv[i + 3]) : 0,
-                       i + 4 < argc ? std::atoi(argv[i + 4]) : 0);
+                       i + 4 < argc ? std::atoi(argv[i + 4]) : 0, i + 5 < argc ? std::atoi(argv[i + 5]) : 3);
       } catch (const std::exception& e) {
         std::printf("FAILED: %s\n", e.what());
         return 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--big] [--only bf16,fp16,tf32,e4m3] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -271,14 +276,15 @@ int main(int argc, char** argv) {
                                       {784, 256, 128, "demo dW 784x128 @ 128x256"},
                                       {4096, 256, 784, "demo b4096 4096x784 @ 784x256"}};
     std::vector<shape3> all = shapes;
-    all.insert(all.end(), demo.begin(), demo.end());
+    if (!big_only) all.insert(all.end(), demo.begin(), demo.end());
+    const auto want = [&](const char* f) { return only.empty() || only.find(f) != std::string::npos; };
     std::vector<row> rows;
     const std::vector<gemm_backend> b16 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
     const std::vector<gemm_backend> others = {gemm_backend::cublaslt, gemm_backend::sm80};
-    bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, rows, stream);
-    bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, rows, stream);
-    bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, rows, stream);
-    if (prop.major * 10 + prop.minor >= 89) {
+    if (want("bf16")) bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, rows, stream);
+    if (want("fp16")) bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, rows, stream);
+    if (want("tf32")) bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, rows, stream);
+    if (want("e4m3") && prop.major * 10 + prop.minor >= 89) {
       const std::vector<gemm_backend> f8 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
       bench_format<precis::float8_e4m3, void, precis::bfloat16>("e4m3", shapes, f8, dev.sm90a, quick, rows, stream);
     }

@@ -80,16 +80,18 @@ __device__ inline void mbar_arrive_cluster(std::uint32_t bar, std::uint32_t cta)
       "r"(cta)
       : "memory");
 }
-/// Waits until the phase with the given parity has completed.
+/// Waits until the phase with the given parity has completed. Each try suspends the thread
+/// until the phase completes or a time limit passes (the hint, in ns, is CUTLASS's), so
+/// waiting warps do not spin.
 __device__ inline void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "wait_loop:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
       "@!done bra wait_loop;\n"
       "}\n" ::"r"(bar),
-      "r"(parity)
+      "r"(parity), "r"(0x989680)
       : "memory");
 }
 
