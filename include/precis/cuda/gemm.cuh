@@ -319,8 +319,18 @@ void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k, co
   if (ep.m >= (index_t{1} << 31) || ep.n >= (index_t{1} << 31) || k >= (index_t{1} << 31)) {
     throw invalid_argument("precis::cuda::gemm (sm90): " + mnk(ep.m, ep.n, k) + "; expected each below 2^31");
   }
-  // 2 x 1 measured fastest for 16-bit operands at 4096^3 and 8192^3 (docs/benchmarks.md)
-  if (cluster_m == 0) cluster_m = ep.m > sm90_tile<K>::bm ? 2 : 1;
+  // measured fastest at 4096^3 and 8192^3 (docs/benchmarks.md): 2 x 1 for 16-bit operands
+  // (B shared), 1 x 2 for fp8 (A shared); a cluster needs two tiles along its direction
+  if (cluster_m == 0 && cluster_n == 0) {
+    if constexpr (tc_fp8(K)) {
+      cluster_m = 1;
+      cluster_n = ep.n > sm90_tile<K>::bn ? 2 : 1;
+    } else {
+      cluster_m = ep.m > sm90_tile<K>::bm ? 2 : 1;
+      cluster_n = 1;
+    }
+  }
+  if (cluster_m == 0) cluster_m = 1;
   if (cluster_n == 0) cluster_n = 1;
   if (cluster_m == 1 && cluster_n == 1) launch_sm90_cluster<K, 1, 1>(a, b, k, ep, stream, sms);
   else if (cluster_m == 2 && cluster_n == 1) launch_sm90_cluster<K, 2, 1>(a, b, k, ep, stream, sms);

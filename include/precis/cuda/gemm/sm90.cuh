@@ -204,7 +204,6 @@ __global__ void __launch_bounds__(384, 1)
       const int tile_m = tm * ClusterM + rm, tile_n = tn * ClusterN + rn;
       int prev = 0;
       if constexpr (!T::promote) {
-#ifndef PRECIS_SM90_EXPERIMENT_WAIT0
         for (int kb = 0; kb < kblocks; ++kb) {
           ptx::mbar_wait(full(stage), phase);
           mma_stage(acc, stage, kb > 0);
@@ -214,17 +213,6 @@ __global__ void __launch_bounds__(384, 1)
           prev = stage;
           advance();
         }
-#else
-        for (int kb = 0; kb < kblocks; ++kb) {
-          ptx::mbar_wait(full(stage), phase);
-          mma_stage(acc, stage, kb > 0);
-          ptx::wgmma_wait<0>();
-          ptx::fence_operands(acc);
-          if (kb + 1 < kblocks) release(stage);
-          prev = stage;
-          advance();
-        }
-#endif
         ptx::wgmma_wait<0>();
         ptx::fence_operands(acc);
       } else {
