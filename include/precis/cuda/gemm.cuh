@@ -4,7 +4,7 @@
 //   precis::cuda::gemm<float>(1.0f, A, B, 0.0f, C);            // bf16 A, B: tensor cores, fp32 sums
 //   precis::cuda::gemm<float, precis::tf32>(1.0f, X, W, 0.0f, Y); // fp32 data multiplied as tf32
 //   precis::cuda::gemm<precis::half>(1, A, B, 0, C);            // fp16 accumulation (CUDA cores)
-//   precis::cuda::gemm<float>(1.0f, A, B.transpose(), 0.0f, C, {.act = activation::relu, .bias = b});
+//   precis::cuda::gemm<float>(1.0f, A, B.transpose(), 0.0f, C, {.act = activation::relu, .bias = b.view()});
 //
 // Template arguments: Acc, the accumulator (float, double, half, bfloat16); Operand, the format
 // the operands are rounded to (nearest even, once) before they are multiplied, when it is not
