@@ -1,11 +1,12 @@
 // Tensor-core GEMM for sm_90a (H100, H200): warpgroup MMA (wgmma) fed by the tensor memory
 // accelerator (TMA), warp-specialized, persistent.
 //
-// A block of three warpgroups owns a 128 x 256 tile of C at a time: warpgroup 0 is the
-// producer (one thread issues TMA copies of 128-byte-wide K slices of A and B into a
-// four-stage ring of shared memory, each stage guarded by a "full" and an "empty" mbarrier);
-// warpgroups 1 and 2 are consumers, each computing 64 x 256 of the tile with m64n256 wgmma
-// instructions straight from shared memory (accumulators: 128 fp32 registers per thread).
+// A block of three warpgroups owns a 128 x 256 tile of C at a time (128 x 128 for fp8):
+// warpgroup 0 is the producer (one thread issues TMA copies of 128-byte-wide K slices of A
+// and B into a ring of shared-memory stages, four for 16-bit operands and six for fp8, each
+// guarded by a "full" and an "empty" mbarrier); warpgroups 1 and 2 are consumers, each
+// computing 64 rows of the tile with m64n256 (m64n128 for fp8) wgmma instructions straight
+// from shared memory, accumulating in fp32 registers.
 // Register budgets are moved from the producer to the consumers with setmaxnreg. Blocks stay
 // resident and walk the tiles in groups of 8 tile rows (so concurrently computed tiles share
 // operand panels in L2); the producer runs ahead into the next tile while the consumers

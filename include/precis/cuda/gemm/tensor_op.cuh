@@ -25,17 +25,6 @@ PRECIS_HOST_DEVICE constexpr int tc_bytes(tc_kind k) {
 }
 PRECIS_HOST_DEVICE constexpr bool tc_fp8(tc_kind k) { return k == tc_kind::e4m3 || k == tc_kind::e5m2; }
 
-constexpr const char* tc_name(tc_kind k) {
-  switch (k) {
-    case tc_kind::f16: return "fp16";
-    case tc_kind::bf16: return "bf16";
-    case tc_kind::tf32: return "tf32";
-    case tc_kind::e4m3: return "e4m3";
-    case tc_kind::e5m2: return "e5m2";
-  }
-  return "?";
-}
-
 /// The bits of fp32 x rounded to tf32 (10 stored mantissa bits, fp32's exponent range),
 /// nearest even, as an fp32 word: the same value precis::round_to<tf32>(x) gives. Overflow
 /// goes to infinity; NaNs stay NaN (quiet, leading payload bits kept).
