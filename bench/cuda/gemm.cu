@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -60,6 +61,35 @@ class graph_timer {
     cudaEventDestroy(b_);
     cudaGraphExecDestroy(ge_);
     cudaGraphDestroy(g_);
+  }
+  /// Median milliseconds per call over replays run back to back for `seconds`, from the second
+  /// half of the window (the clocks have settled under the power limit by then).
+  double sustained(double seconds) {
+    std::vector<cudaEvent_t> ev;
+    std::vector<double> t;
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+      for (int i = 0; i < 8; ++i) {  // keep the queue full: events between replays, no host waits
+        cudaEvent_t e;
+        check(cudaEventCreate(&e), "event");
+        if (ev.empty()) check(cudaEventRecord(e, s_), "record");
+        else {
+          check(cudaGraphLaunch(ge_, s_), "graph launch");
+          check(cudaEventRecord(e, s_), "record");
+        }
+        ev.push_back(e);
+      }
+      check(cudaEventSynchronize(ev[ev.size() > 12 ? ev.size() - 5 : ev.size() - 1]), "sync");  // keep ~4 queued
+    }
+    check(cudaEventSynchronize(ev.back()), "sync");
+    for (std::size_t i = ev.size() / 2 + 1; i < ev.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]), "elapsed");
+      t.push_back(ms / per_graph_);
+    }
+    for (auto e : ev) cudaEventDestroy(e);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
   }
   /// Median milliseconds per call over `reps` replays.
   double sample(int reps) {
@@ -111,7 +141,7 @@ struct shape3 {
 /// One format: every implementation on every shape.
 template <class S, class Op, class Out>
 void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vector<gemm_backend> backends, bool sm90, bool quick,
-                  std::vector<row>& out, cudaStream_t stream) {
+                  double sustained_s, std::vector<row>& out, cudaStream_t stream) {
   for (const auto& sh : shapes) {
     const double flop = 2.0 * static_cast<double>(sh.m) * static_cast<double>(sh.n) * static_cast<double>(sh.k);
     const double bytes = static_cast<double>(sh.m * sh.k + sh.n * sh.k) * sizeof(S);
@@ -126,7 +156,7 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
     }
     const bool big = flop > 1e11;
     const int per_graph = big ? (quick ? 2 : 5) : 20 * sets;
-    const int reps = quick ? 2 : 5, rounds = quick ? 1 : 5;
+    const int reps = quick ? 2 : 5, rounds = quick ? 1 : (sustained_s > 0 ? 3 : 5);
     struct impl {
       std::string name;
       gemm_backend be;
@@ -137,9 +167,11 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
       if (be == gemm_backend::sm90) {
         if (!sm90) continue;
         for (const auto& [cm, cn] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+          if (sustained_s > 0 && cm * cn != 2) continue;  // sustained runs: the two useful shapes
           impls.push_back({"precis sm90 (cluster " + std::to_string(cm) + "x" + std::to_string(cn) + ")", be, cm, cn});
         }
       } else {
+        if (sustained_s > 0 && be != gemm_backend::cublaslt) continue;
         impls.push_back({be == gemm_backend::cublaslt ? std::string("cuBLASLt") : "precis " + std::string(precis::cuda::to_string(be)),
                          be, 0, 0});
       }
@@ -168,10 +200,14 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
         timers.push_back(nullptr);
       }
     }
+    // the order rotates every round: the implementation that runs first after a lighter one
+    // meets a fuller power budget
     std::vector<std::vector<double>> ms(impls.size());
     for (int round = 0; round < rounds; ++round)
-      for (std::size_t i = 0; i < impls.size(); ++i)
-        if (timers[i]) ms[i].push_back(timers[i]->sample(reps));
+      for (std::size_t q = 0; q < impls.size(); ++q) {
+        const std::size_t i = (q + static_cast<std::size_t>(round)) % impls.size();
+        if (timers[i]) ms[i].push_back(sustained_s > 0 ? timers[i]->sustained(sustained_s) : timers[i]->sample(reps));
+      }
     double base = 0;
     for (std::size_t i = 0; i < impls.size(); ++i) {
       if (!timers[i]) continue;
@@ -229,11 +265,13 @@ int profile(int n, const std::string& backend, int cm, int cn, int repeat) {
 
 int main(int argc, char** argv) {
   bool quick = false, big_only = false;
+  double sustained_s = 0;
   std::string only;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--big") == 0) big_only = true;
+    else if (std::strcmp(argv[i], "--sustained") == 0 && i + 1 < argc) sustained_s = std::atof(argv[++i]);
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
     else if (std::strcmp(argv[i], "--profile") == 0 && i + 2 < argc) {
@@ -245,7 +283,7 @@ int main(int argc, char** argv) {
         return 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--big] [--only bf16,fp16,tf32,e4m3] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]\n",
+      std::fprintf(stderr, "usage: %s [--quick] [--big] [--sustained SECONDS] [--only bf16,fp16,tf32,e4m3] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]\n",
                    argv[0]);
       return 2;
     }
@@ -281,12 +319,12 @@ int main(int argc, char** argv) {
     std::vector<row> rows;
     const std::vector<gemm_backend> b16 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
     const std::vector<gemm_backend> others = {gemm_backend::cublaslt, gemm_backend::sm80};
-    if (want("bf16")) bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, rows, stream);
-    if (want("fp16")) bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, rows, stream);
-    if (want("tf32")) bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, rows, stream);
+    if (want("bf16")) bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, sustained_s, rows, stream);
+    if (want("fp16")) bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, sustained_s, rows, stream);
+    if (want("tf32")) bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, sustained_s, rows, stream);
     if (want("e4m3") && prop.major * 10 + prop.minor >= 89) {
       const std::vector<gemm_backend> f8 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};
-      bench_format<precis::float8_e4m3, void, precis::bfloat16>("e4m3", shapes, f8, dev.sm90a, quick, rows, stream);
+      bench_format<precis::float8_e4m3, void, precis::bfloat16>("e4m3", shapes, f8, dev.sm90a, quick, sustained_s, rows, stream);
     }
     if (json) {
       FILE* f = std::fopen(json, "w");
