@@ -1,18 +1,22 @@
 // Tensor-core GEMM speed: precis's kernels against cuBLASLt in the same run, on the same GPU.
 //
-//   bench_cuda_gemm [--quick] [--json FILE]
+//   bench_cuda_gemm [--quick] [--big] [--sustained SECONDS] [--only bf16,fp16,tf32,e4m3]
+//                   [--json FILE]
+//   bench_cuda_gemm --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]   (for a profiler)
 //
 // For bf16, fp16, tf32 and fp8 e4m3 operands (fp32 accumulation; C in bf16, fp16, fp32 and
-// bf16), at 4096^3, 8192^3 and the demo's layer shapes, each precis kernel that takes the
-// format (sm90 with clusters of 1 and 2 blocks, sm80) and cuBLASLt through precis's cublaslt
-// backend. Operands are K-major ("TN", the layout every tensor-core kernel reads without
-// staging), uniform random in [-1, 1). Each timing is a CUDA graph of back-to-back calls (so
-// host dispatch is excluded), replayed after a warm-up; implementations take turns over five
-// rounds and each reports the median of its rounds, as TFLOP/s (2mnk / time) and as a ratio
-// to cuBLASLt. Small shapes rotate over
-// several operand sets so they are not served from L2 alone. Also measured: the mma.sync
-// issue ceiling of this GPU (a loop of independent m16n8k16 bf16 instructions in registers),
-// the bound the sm80 kernel cannot pass.
+// bf16), at 4096^3, 8192^3 and the demo's layer shapes (--big: only the first two), each
+// precis kernel that takes the format (sm90 with every cluster shape, sm80) and cuBLASLt
+// through precis's cublaslt backend. Operands are K-major ("TN", the layout every tensor-core
+// kernel reads without staging), uniform random in [-1, 1). Each implementation is a CUDA
+// graph of back-to-back calls (host dispatch excluded). The implementations take turns over
+// rounds, in an order that rotates every round, and each reports the median of its rounds, as
+// TFLOP/s (2mnk / time) and as a ratio to cuBLASLt. A round is 5 replays (bursts near the
+// maximum clock), or with --sustained S, S seconds of replays back to back timed over the
+// second half (at the GPU's power limit). Small shapes rotate over several operand sets so
+// they are not served from L2 alone. Also measured: the mma.sync issue ceiling of this GPU (a
+// loop of independent m16n8k16 bf16 instructions in registers), the bound the sm80 kernel
+// cannot pass.
 #include <cuda_runtime.h>
 
 #include <algorithm>
