@@ -175,7 +175,6 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
           impls.push_back({"precis sm90 (cluster " + std::to_string(cm) + "x" + std::to_string(cn) + ")", be, cm, cn});
         }
       } else {
-        if (sustained_s > 0 && be != gemm_backend::cublaslt) continue;
         impls.push_back({be == gemm_backend::cublaslt ? std::string("cuBLASLt") : "precis " + std::string(precis::cuda::to_string(be)),
                          be, 0, 0});
       }
