@@ -6,3 +6,4 @@
 #include "precis/format/format.hpp"
 #include "precis/tensor/all.hpp"
 #include "precis/policy/all.hpp"
+#include "precis/autodiff/all.hpp"

@@ -5,3 +5,4 @@
 #include "precis/autodiff/arena.hpp"
 #include "precis/autodiff/ops.hpp"
 #include "precis/autodiff/tape.hpp"
+#include "precis/ops/all.hpp"

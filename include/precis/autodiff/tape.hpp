@@ -153,6 +153,8 @@ class Tape {
     std::array<const void*, 3> aux{};
     std::array<index_t, 3> iarg{};
     double darg = 0;
+    /// An op-layer op's typed saved state (precis/ops/op.hpp), in the arena.
+    const void* state = nullptr;
   };
 
   /// `arena_bytes` reserves the arena up front (otherwise it grows during the first step).

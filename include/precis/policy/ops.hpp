@@ -17,6 +17,11 @@
 #include "precis/tensor/all.hpp"
 
 namespace precis {
+
+/// Op Op evaluated eagerly under policy P (defined with the op layer, precis/ops/op.hpp).
+template <class P, class Op, class... X>
+auto evaluate(const typename Op::attrs& a, const X&... x);
+
 namespace policy::detail {
 
 template <class T>
@@ -105,6 +110,12 @@ struct ops {
   using acc_t = typename types<Op, X>::accumulate;
 
  public:
+  /// Any op of the op layer, a user's own included: call<op::conv2d>(options, x, w).
+  template <class Op, tensor_like... X>
+  static auto call(const typename Op::attrs& a, const X&... x) {
+    return precis::evaluate<P, Op>(a, x...);
+  }
+
   // ---- low-precision safe ----
   template <tensor_like A, tensor_like B>
   static auto matmul(const A& a, const B& b) {
@@ -258,7 +269,7 @@ struct ops {
   static auto minimum(const A& a, const B& b) { return binary<op::minimum>(a, b, [](const auto& x, const auto& y) { return precis::min(x, y); }); }
   template <tensor_like Cond, tensor_like A, tensor_like B>
   static auto where(const Cond& cond, const A& a, const B& b) {
-    return binary<op::where>(a, b, [&cond](const auto& x, const auto& y) { return precis::where(cond, x, y); });
+    return precis::evaluate<P, op::where>({}, cond, a, b);
   }
   /// Concatenation along `axis`; every other extent must agree.
   template <tensor_like A, tensor_like... Rest>
@@ -310,9 +321,9 @@ struct ops {
   template <tensor_like X>
   static auto gelu(const X& x) { return unary<op::gelu>(x, [](const auto& v) { return precis::gelu(v); }); }
   template <tensor_like X>
-  static auto max(const X& x, int axis) { return unary<op::max>(x, [axis](const auto& v) { return precis::max(v, axis); }); }
+  static auto max(const X& x, int axis) { return precis::evaluate<P, op::max>({axis}, x); }
   template <tensor_like X>
-  static auto min(const X& x, int axis) { return unary<op::min>(x, [axis](const auto& v) { return precis::min(v, axis); }); }
+  static auto min(const X& x, int axis) { return precis::evaluate<P, op::min>({axis}, x); }
   template <tensor_like X>
   static auto reshape(const X& x, const Shape& shape) {
     (void)types<op::reshape, X>::safety_class;

@@ -156,10 +156,6 @@ struct minimum : pd::tag<safety::promote> {
   static constexpr std::string_view name = "minimum";
   static constexpr std::string_view reason = "as maximum";
 };
-struct where : pd::tag<safety::promote> {
-  static constexpr std::string_view name = "where";
-  static constexpr std::string_view reason = "selects between two tensors: exact in the widest input type";
-};
 struct cat : pd::tag<safety::promote> {
   static constexpr std::string_view name = "cat";
   static constexpr std::string_view reason = "copies: exact in the widest input type";
@@ -194,14 +190,6 @@ struct gelu : pd::tag<safety::neutral> {
   static constexpr std::string_view name = "gelu";
   static constexpr std::string_view reason = "|gelu(x)| <= |x|: no overflow beyond the input's; one rounding";
 };
-struct max : pd::tag<safety::neutral> {
-  static constexpr std::string_view name = "max";
-  static constexpr std::string_view reason = "reduction by selection: exact";
-};
-struct min : pd::tag<safety::neutral> {
-  static constexpr std::string_view name = "min";
-  static constexpr std::string_view reason = "reduction by selection: exact";
-};
 struct reshape : pd::tag<safety::neutral> {
   static constexpr std::string_view name = "reshape";
   static constexpr std::string_view reason = "moves no value";
@@ -215,6 +203,23 @@ struct slice : pd::tag<safety::neutral> {
   static constexpr std::string_view reason = "moves no value";
 };
 
+// --- ops of the op layer: each defined, with its forward and backward, in precis/ops/ ------------
+struct conv2d;
+struct max_pool2d;
+struct avg_pool2d;
+struct batch_norm;
+struct embedding;
+struct bmm;
+struct attention;
+struct dropout;
+struct where;
+struct masked_fill;
+struct max;
+struct min;
+struct silu;
+struct gelu_tanh;
+struct permute;
+
 /// Every op tag, in table order.
 template <class... Ops>
 struct list {
@@ -225,9 +230,15 @@ struct list {
   }
 };
 
-using all = list<matmul, linear, exp, log, pow, reciprocal, rsqrt, softmax, log_softmax, logsumexp, sum, mean,
-                 norm, layer_norm, cross_entropy, nll, mse, add, sub, mul, div, maximum, minimum, where, cat,
-                 neg, abs, relu, sqrt, tanh, sigmoid, gelu, max, min, reshape, transpose, slice>;
+using all = list<matmul, linear, bmm, conv2d, attention, embedding, exp, log, pow, reciprocal, rsqrt, softmax,
+                 log_softmax, logsumexp, sum, mean, norm, layer_norm, batch_norm, avg_pool2d, cross_entropy, nll, mse,
+                 add, sub, mul, div, maximum, minimum, where, dropout, cat, neg, abs, relu, sqrt, tanh, sigmoid, gelu,
+                 gelu_tanh, silu, max, min, max_pool2d, masked_fill, reshape, transpose, permute, slice>;
+
+/// The ops defined in the op layer (precis/ops/): each one struct with its policy entry,
+/// forward and backward, from which the tape op and the eager call both come.
+using layer = list<conv2d, max_pool2d, avg_pool2d, batch_norm, embedding, bmm, attention, dropout, where, masked_fill,
+                   max, min, silu, gelu_tanh, permute>;
 
 }  // namespace precis::op
 

@@ -1,0 +1,162 @@
+// Scaled dot-product attention, fused: softmax(q k^T scale + mask) v, with the two products in
+// the policy's compute type and accumulator and the softmax between them in the accumulator
+// (the wide type under a mixed policy). The probabilities are kept in the accumulator type for
+// the backward; they are rounded to the compute type only as the operand of the second product,
+// as a tensor-core kernel would.
+#pragma once
+
+#include "precis/config.hpp"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+
+#include "precis/ops/linalg.hpp"
+#include "precis/ops/op.hpp"
+
+namespace precis::op {
+
+/// q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (the same leading axes) -> [..., Tq, Dv].
+/// With causal, query i attends to keys j <= i (PyTorch's is_causal). scale 0 means 1/sqrt(D).
+struct attention : def<policy::safety::low_precision_safe> {
+  static constexpr std::string_view name = "attention";
+  static constexpr std::string_view reason =
+      "two matmuls with a wide accumulator; the softmax between them runs in the accumulator type, so its sum "
+      "of exponentials neither overflows nor stagnates";
+  struct attrs {
+    bool causal = false;
+    double scale = 0;
+  };
+  template <class T>
+  struct saved {
+    TensorView<const typename T::compute> q, k, v;
+    TensorView<const typename T::accumulate> p;  // the probabilities [..., Tq, Tk]
+  };
+
+  static Shape shape(const attrs& a, const Shape& q, const Shape& k, const Shape& v) {
+    const auto fail = [&](const std::string& expected) {
+      throw shape_error("precis::attention: q " + q.str() + ", k " + k.str() + ", v " + v.str() + "; expected " + expected);
+    };
+    if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank()) fail("q, k and v of one rank >= 2");
+    const int r = q.rank();
+    for (int i = 0; i + 2 < r; ++i) {
+      if (k[i] != q[i] || v[i] != q[i]) fail("the same leading (batch, head) axes");
+    }
+    if (k[r - 1] != q[r - 1]) fail("q [..., Tq, D] and k [..., Tk, D] with the same D");
+    if (v[r - 2] != k[r - 2]) fail("k [..., Tk, D] and v [..., Tk, Dv] with the same Tk");
+    if (k[r - 2] == 0) fail("at least one key");
+    if (!(a.scale >= 0) || !std::isfinite(a.scale)) fail("a finite scale >= 0 (0: 1/sqrt(D))");
+    Shape s = q;
+    s[r - 1] = v[r - 1];
+    return s;
+  }
+
+  template <class T>
+  static typename T::accumulate scale_of(const attrs& a, index_t d) {
+    using Acc = typename T::accumulate;
+    using std::sqrt;
+    return a.scale > 0 ? Acc(a.scale) : Acc(Acc(1) / Acc(sqrt(Acc(static_cast<double>(d)))));
+  }
+
+  template <class T, class Ctx, class O, class Q, class K, class V>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const Q>& q,
+                      const TensorView<const K>& k, const TensorView<const V>& v) {
+    using L = typename T::compute;
+    using Acc = typename T::accumulate;
+    sv.q = ctx.template as<L>(q, true);
+    sv.k = ctx.template as<L>(k, true);
+    sv.v = ctx.template as<L>(v, true);
+    const int r = q.rank();
+    const index_t tq = q.shape()[r - 2], tk = k.shape()[r - 2], dv = v.shape()[r - 1];
+    const index_t batch = q.size() / std::max<index_t>(1, tq * q.shape()[r - 1]);
+    Shape ps = q.shape();
+    ps[r - 1] = tk;
+    const auto p = ctx.saving() ? ctx.template keep<Acc>(ps) : ctx.template temp<Acc>(ps);
+    const auto pl = ctx.template temp<L>(Shape{tq, tk});
+    const auto acc = ctx.template temp<Acc>(Shape{tq, dv});
+    const Acc scale = scale_of<T>(a, q.shape()[r - 1]);
+    for (index_t b = 0; b < (q.size() == 0 ? 0 : batch); ++b) {
+      const auto s = detail::ad::matrix(p, b);
+      ctx.gemm(s, detail::ad::matrix(sv.q, b), detail::ad::matrix(sv.k, b).transpose(), false);
+      for (index_t i = 0; i < tq; ++i) {
+        Acc* row = s.data() + i * tk;
+        const index_t allowed = a.causal ? std::min(tk, i + 1) : tk;
+        Acc mx = row[0] * scale;
+        for (index_t j = 0; j < allowed; ++j) {
+          row[j] = row[j] * scale;
+          if (row[j] > mx) mx = row[j];
+        }
+        Acc sum(0);
+        for (index_t j = 0; j < allowed; ++j) {
+          using std::exp;
+          row[j] = exp(Acc(row[j] - mx));
+          sum += row[j];
+        }
+        for (index_t j = 0; j < allowed; ++j) row[j] = row[j] / sum;
+        for (index_t j = allowed; j < tk; ++j) row[j] = Acc(0);
+      }
+      ctx.copy(s.as_const(), pl);
+      ctx.gemm(acc, pl.as_const(), detail::ad::matrix(sv.v, b), false);
+      ctx.copy(acc.as_const(), detail::ad::matrix(y, b));
+    }
+    sv.p = p.as_const();
+  }
+
+  template <class T, class Ctx, class G, class O, class Q, class K, class V, class GQ, class GK, class GV>
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const Q>, TensorView<const K>, TensorView<const V>>&,
+                       const std::tuple<TensorView<GQ>, TensorView<GK>, TensorView<GV>>& gx) {
+    using L = typename T::compute;
+    using Acc = typename T::accumulate;
+    const auto& [gq, gk, gv] = gx;
+    const int r = sv.q.rank();
+    const index_t tq = sv.q.shape()[r - 2], tk = sv.k.shape()[r - 2];
+    const index_t batch = sv.q.size() / std::max<index_t>(1, tq * sv.q.shape()[r - 1]);
+    const Acc scale = scale_of<T>(a, sv.q.shape()[r - 1]);
+    const auto aq = gq.data() ? ctx.template zeros<Acc>(sv.q.shape()) : TensorView<Acc>();
+    const auto ak = gk.data() ? ctx.template zeros<Acc>(sv.k.shape()) : TensorView<Acc>();
+    const auto av = gv.data() ? ctx.template zeros<Acc>(sv.v.shape()) : TensorView<Acc>();
+    const auto pl = ctx.template temp<L>(Shape{tq, tk});
+    const auto ds = ctx.template temp<Acc>(Shape{tq, tk});
+    for (index_t b = 0; b < (sv.q.size() == 0 ? 0 : batch); ++b) {
+      const auto p = detail::ad::matrix(sv.p, b);
+      const auto g = detail::ad::matrix(gy, b);
+      if (gv.data()) {  // dV += P^T dO, with P as the product used it
+        ctx.copy(p, pl);
+        ctx.gemm(detail::ad::matrix(av, b), pl.as_const().transpose(), g, true);
+      }
+      if (!gq.data() && !gk.data()) continue;
+      ctx.gemm(ds, g, detail::ad::matrix(sv.v, b).transpose(), false);  // dP = dO V^T
+      for (index_t i = 0; i < tq; ++i) {  // dS = P (dP - sum(dP P)) scale
+        Acc* d = ds.data() + i * tk;
+        const Acc* pr = p.data() + i * tk;
+        Acc dot(0);
+        for (index_t j = 0; j < tk; ++j) dot += d[j] * pr[j];
+        for (index_t j = 0; j < tk; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
+      }
+      if (gq.data()) ctx.gemm(detail::ad::matrix(aq, b), ds.as_const(), detail::ad::matrix(sv.k, b), true);
+      if (gk.data()) ctx.gemm(detail::ad::matrix(ak, b), ds.as_const().transpose(), detail::ad::matrix(sv.q, b), true);
+    }
+    if (gq.data()) op::cpu::add_into<Acc>("precis::attention", gq, aq.as_const());
+    if (gk.data()) op::cpu::add_into<Acc>("precis::attention", gk, ak.as_const());
+    if (gv.data()) op::cpu::add_into<Acc>("precis::attention", gv, av.as_const());
+  }
+};
+
+}  // namespace precis::op
+
+namespace precis {
+
+using attention_options = op::attention::attrs;
+
+/// softmax(q k^T scale, causal mask) v (op::attention).
+template <class P, class SQ, class SK, class SV>
+auto attention(const Var<P, SQ>& q, const Var<P, SK>& k, const Var<P, SV>& v, const attention_options& o = {}) {
+  return record<op::attention>(o, q, k, v);
+}
+template <class P, tensor_like Q, tensor_like K, tensor_like V>
+auto attention(const Q& q, const K& k, const V& v, const attention_options& o = {}) {
+  return evaluate<P, op::attention>(o, q, k, v);
+}
+
+}  // namespace precis

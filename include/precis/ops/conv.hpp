@@ -1,0 +1,425 @@
+// Convolution and pooling over [N, C, H, W] images: conv2d (stride, padding, dilation, groups,
+// optional bias), max_pool2d and avg_pool2d.
+//
+// conv2d is a GEMM per group: the input's receptive fields are gathered into columns (im2col,
+// in the policy's compute type, a batch of images at a time), multiplied by the weights with
+// the policy's accumulator, and each output rounded once after its bias is added. The backward
+// runs the two transposed GEMMs in the accumulator and scatters the column gradients back
+// (col2im) into an accumulator image: every gradient is rounded once into its storage.
+#pragma once
+
+#include "precis/config.hpp"
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+
+#include "precis/ops/op.hpp"
+
+namespace precis::op {
+
+namespace conv_detail {
+
+using pair = std::array<index_t, 2>;
+
+inline std::string str(const pair& p) { return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")"; }
+
+/// Output extent of a window sweep, or -1 when the window does not fit.
+inline index_t out_extent(index_t in, index_t kernel, index_t stride, index_t pad, index_t dil) {
+  const index_t span = dil * (kernel - 1) + 1;
+  if (span > in + 2 * pad) return -1;
+  return (in + 2 * pad - span) / stride + 1;
+}
+
+/// Geometry of one conv2d or pooling call.
+struct geometry {
+  index_t n, c, h, w, kh, kw, ho, wo;
+  pair stride, pad, dil;
+  index_t plane() const { return ho * wo; }
+};
+
+/// col [c * kh * kw, count * ho * wo] of images first..first+count of x [N, C, H, W] (channels
+/// c0..c0+c): the receptive field of every output position, zero where it covers padding.
+template <class L, class S>
+void im2col(const geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) {
+  const index_t p = g.plane(), cols = count * p;
+  const L zero = detail::store<L>(detail::ad::arith_t<L>(0));
+  for (index_t c = 0; c < cs; ++c)
+    for (index_t i = 0; i < g.kh; ++i)
+      for (index_t j = 0; j < g.kw; ++j) {
+        L* row = col + ((c * g.kh + i) * g.kw + j) * cols;
+        for (index_t b = 0; b < count; ++b) {
+          const S* plane = x + ((first + b) * g.c + c0 + c) * g.h * g.w;
+          for (index_t oh = 0; oh < g.ho; ++oh) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
+            L* out = row + b * p + oh * g.wo;
+            if (ih < 0 || ih >= g.h) {
+              std::fill_n(out, g.wo, zero);
+              continue;
+            }
+            for (index_t ow = 0; ow < g.wo; ++ow) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j * g.dil[1];
+              out[ow] = (iw < 0 || iw >= g.w) ? zero : L(plane[ih * g.w + iw]);
+            }
+          }
+        }
+      }
+}
+
+/// The transpose of im2col: dx [N, C, H, W] (Acc) += the column gradients dcol.
+template <class Acc>
+void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) {
+  const index_t p = g.plane(), cols = count * p;
+  for (index_t c = 0; c < cs; ++c)
+    for (index_t i = 0; i < g.kh; ++i)
+      for (index_t j = 0; j < g.kw; ++j) {
+        const Acc* row = dcol + ((c * g.kh + i) * g.kw + j) * cols;
+        for (index_t b = 0; b < count; ++b) {
+          Acc* plane = dx + ((first + b) * g.c + c0 + c) * g.h * g.w;
+          for (index_t oh = 0; oh < g.ho; ++oh) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
+            if (ih < 0 || ih >= g.h) continue;
+            const Acc* in = row + b * p + oh * g.wo;
+            for (index_t ow = 0; ow < g.wo; ++ow) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j * g.dil[1];
+              if (iw >= 0 && iw < g.w) plane[ih * g.w + iw] += in[ow];
+            }
+          }
+        }
+      }
+}
+
+/// Images per im2col batch: the column buffer stays under ~4M elements.
+inline index_t images_per_batch(index_t n, index_t k, index_t plane) {
+  const index_t per = std::max<index_t>(1, k * plane);
+  return std::max<index_t>(1, std::min<index_t>(n, (index_t{1} << 22) / per));
+}
+
+}  // namespace conv_detail
+
+/// 2-D cross-correlation (PyTorch's conv2d): x [N, C, H, W], w [O, C / groups, kh, kw],
+/// optional bias [O] -> [N, O, Ho, Wo], Ho = (H + 2 pad - dil (kh - 1) - 1) / stride + 1.
+struct conv2d : def<policy::safety::low_precision_safe> {
+  static constexpr std::string_view name = "conv2d";
+  static constexpr std::string_view reason =
+      "a GEMM over receptive fields (im2col): products exact in fp32, a wide accumulator takes the C kh kw "
+      "sums; the bias is added in the accumulator before the one rounding";
+  struct attrs {
+    conv_detail::pair stride{1, 1};
+    conv_detail::pair padding{0, 0};
+    conv_detail::pair dilation{1, 1};
+    index_t groups = 1;
+  };
+  template <class T>
+  struct saved {
+    TensorView<const typename T::compute> x, w;
+  };
+
+  static conv_detail::geometry geometry_of(const attrs& a, const Shape& x, const Shape& w) {
+    return {x[0], x[1], x[2], x[3], w[2], w[3],
+            conv_detail::out_extent(x[2], w[2], a.stride[0], a.padding[0], a.dilation[0]),
+            conv_detail::out_extent(x[3], w[3], a.stride[1], a.padding[1], a.dilation[1]),
+            a.stride, a.padding, a.dilation};
+  }
+
+  static Shape shape(const attrs& a, const Shape& x, const Shape& w, const Shape* b = nullptr) {
+    using conv_detail::str;
+    const std::string args = "x " + x.str() + ", weight " + w.str() + (b ? ", bias " + b->str() : std::string()) +
+                             ", stride " + str(a.stride) + ", padding " + str(a.padding) + ", dilation " +
+                             str(a.dilation) + ", groups " + std::to_string(a.groups);
+    const auto fail = [&](const std::string& expected) { throw shape_error("precis::conv2d: " + args + "; expected " + expected); };
+    if (x.rank() != 4 || w.rank() != 4) fail("x [N, C, H, W] and weight [O, C / groups, kh, kw]");
+    if (a.groups < 1 || a.stride[0] < 1 || a.stride[1] < 1 || a.dilation[0] < 1 || a.dilation[1] < 1 ||
+        a.padding[0] < 0 || a.padding[1] < 0) {
+      fail("groups, stride and dilation >= 1 and padding >= 0");
+    }
+    if (x[1] % a.groups != 0 || w[0] % a.groups != 0) fail("input and output channels divisible by groups");
+    if (w[1] != x[1] / a.groups) {
+      fail("weight [O, " + std::to_string(x[1] / a.groups) + ", kh, kw]: the input's " + std::to_string(x[1]) +
+           " channels over " + std::to_string(a.groups) + " groups (mismatched channels)");
+    }
+    if (w[2] < 1 || w[3] < 1) fail("a kernel of at least 1 x 1");
+    if (b != nullptr && (b->rank() != 1 || (*b)[0] != w[0])) fail("bias [" + std::to_string(w[0]) + "]");
+    const auto g = geometry_of(a, x, w);
+    if (g.ho < 0 || g.wo < 0) fail("a (dilated) kernel no larger than the padded input");
+    return Shape{x[0], w[0], g.ho, g.wo};
+  }
+  static Shape shape(const attrs& a, const Shape& x, const Shape& w, const Shape& b) { return shape(a, x, w, &b); }
+
+  template <class T, class Ctx, class O, class X, class W, class... B>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
+                      const TensorView<const W>& w, const TensorView<const B>&... bias) {
+    using L = typename T::compute;
+    using Acc = typename T::accumulate;
+    sv.x = ctx.template as<L>(x, true);
+    sv.w = ctx.template as<L>(w, true);
+    const auto g = geometry_of(a, x.shape(), w.shape());
+    const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
+    const index_t nb = conv_detail::images_per_batch(g.n, k, p);
+    const auto col = ctx.template temp<L>(Shape{k, nb * p});
+    const auto acc = ctx.template temp<Acc>(Shape{og, nb * p});
+    for (index_t n0 = 0; n0 < g.n; n0 += nb) {
+      const index_t count = std::min(nb, g.n - n0), cols = count * p;
+      for (index_t gi = 0; gi < groups; ++gi) {
+        conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
+        const TensorView<Acc> av(acc.data(), Shape{og, cols});
+        ctx.gemm(av, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}), TensorView<const L>(col.data(), Shape{k, cols}),
+                 false);
+        for (index_t o = 0; o < og; ++o) {
+          const index_t oc = gi * og + o;
+          Acc bv(0);
+          ((bv = detail::ad::ld<Acc>(bias(oc))), ...);
+          for (index_t b = 0; b < count; ++b) {
+            O* out = y.data() + ((n0 + b) * w.shape()[0] + oc) * p;
+            const Acc* in = acc.data() + o * cols + b * p;
+            for (index_t q = 0; q < p; ++q) out[q] = detail::store<O>(Acc(in[q] + bv));
+          }
+        }
+      }
+    }
+  }
+
+  template <class T, class Ctx, class G, class O, class... X, class... GX>
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>...>&, const std::tuple<TensorView<GX>...>& gx) {
+    using L = typename T::compute;
+    using Acc = typename T::accumulate;
+    const auto& gxv = std::get<0>(gx);
+    const auto& gwv = std::get<1>(gx);
+    const bool want_x = gxv.data() != nullptr, want_w = gwv.data() != nullptr;
+    bool want_b = false;
+    if constexpr (sizeof...(GX) == 3) want_b = std::get<2>(gx).data() != nullptr;
+    const auto g = geometry_of(a, sv.x.shape(), sv.w.shape());
+    const index_t oc_all = sv.w.shape()[0], groups = a.groups, cg = g.c / groups, og = oc_all / groups,
+                  k = cg * g.kh * g.kw, p = g.plane();
+    const index_t nb = conv_detail::images_per_batch(g.n, k, p);
+    const auto gw_acc = want_w ? ctx.template zeros<Acc>(sv.w.shape()) : TensorView<Acc>();
+    const auto gb_acc = want_b ? ctx.template zeros<Acc>(Shape{oc_all}) : TensorView<Acc>();
+    const auto gx_acc = want_x ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
+    const auto col = want_w ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
+    const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
+    const auto gyg = ctx.template temp<detail::remove_const_t<G>>(Shape{og, nb * p});
+    for (index_t n0 = 0; n0 < g.n; n0 += nb) {
+      const index_t count = std::min(nb, g.n - n0), cols = count * p;
+      for (index_t gi = 0; gi < groups; ++gi) {
+        for (index_t o = 0; o < og; ++o) {  // this group's output gradients as [og, count * p]
+          for (index_t b = 0; b < count; ++b) {
+            const G* src = gy.data() + ((n0 + b) * oc_all + gi * og + o) * p;
+            std::copy_n(src, p, gyg.data() + o * cols + b * p);
+            if (want_b) {
+              Acc& s = gb_acc.data()[gi * og + o];
+              for (index_t q = 0; q < p; ++q) s += detail::ad::ld<Acc>(src[q]);
+            }
+          }
+        }
+        const TensorView<const detail::remove_const_t<G>> gm(gyg.data(), Shape{og, cols});
+        if (want_w) {  // dW_g += dY_g col^T
+          conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
+          ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}), gm,
+                   TensorView<const L>(col.data(), Shape{k, cols}).transpose(), true);
+        }
+        if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
+          const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
+          ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false);
+          conv_detail::col2im(g, dc.data(), gi * cg, cg, n0, count, gx_acc.data());
+        }
+      }
+    }
+    if (want_x) op::cpu::add_into<Acc>("precis::conv2d", gxv, gx_acc.as_const());
+    if (want_w) op::cpu::add_into<Acc>("precis::conv2d", gwv, gw_acc.as_const());
+    if constexpr (sizeof...(GX) == 3) {
+      if (want_b) op::cpu::add_into<Acc>("precis::conv2d", std::get<2>(gx), gb_acc.as_const());
+    }
+  }
+};
+
+/// Pooling windows: kernel, stride (0: the kernel) and zero padding (at most half the kernel).
+struct pool2d_attrs {
+  conv_detail::pair kernel{2, 2};
+  conv_detail::pair stride{0, 0};
+  conv_detail::pair padding{0, 0};
+};
+
+template <class Op>
+struct pool_def {
+  static conv_detail::pair stride_of(const pool2d_attrs& a) {
+    return {a.stride[0] == 0 ? a.kernel[0] : a.stride[0], a.stride[1] == 0 ? a.kernel[1] : a.stride[1]};
+  }
+  static conv_detail::geometry geometry_of(const pool2d_attrs& a, const Shape& x) {
+    const auto s = stride_of(a);
+    return {x[0], x[1], x[2], x[3], a.kernel[0], a.kernel[1], conv_detail::out_extent(x[2], a.kernel[0], s[0], a.padding[0], 1),
+            conv_detail::out_extent(x[3], a.kernel[1], s[1], a.padding[1], 1), s, a.padding, {1, 1}};
+  }
+  static Shape shape(const pool2d_attrs& a, const Shape& x) {
+    using conv_detail::str;
+    const auto fail = [&](const std::string& expected) {
+      throw shape_error(std::string(detail::ad::name_of<Op>()) + ": x " + x.str() + ", kernel " + str(a.kernel) + ", stride " +
+                        str(a.stride) + ", padding " + str(a.padding) + "; expected " + expected);
+    };
+    if (x.rank() != 4) fail("x [N, C, H, W]");
+    if (a.kernel[0] < 1 || a.kernel[1] < 1 || a.stride[0] < 0 || a.stride[1] < 0 || a.padding[0] < 0 || a.padding[1] < 0) {
+      fail("kernel >= 1, stride >= 0 (0: the kernel) and padding >= 0");
+    }
+    if (2 * a.padding[0] > a.kernel[0] || 2 * a.padding[1] > a.kernel[1]) fail("padding at most half the kernel");
+    const auto g = geometry_of(a, x);
+    if (g.ho < 0 || g.wo < 0) fail("a kernel no larger than the padded input");
+    return Shape{x[0], x[1], g.ho, g.wo};
+  }
+};
+
+/// The largest element of each window (padding never wins); the gradient goes to it.
+struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
+  static constexpr std::string_view name = "max_pool2d";
+  static constexpr std::string_view reason = "selection: exact";
+  using attrs = pool2d_attrs;
+  template <class T>
+  struct saved {
+    const std::int32_t* at = nullptr;  // per output element, the input's position in its plane
+  };
+  using pool_def<max_pool2d>::shape;
+
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
+    using R = detail::ad::arith_t<detail::remove_const_t<X>>;
+    const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
+    const auto g = geometry_of(a, x.shape());
+    std::int32_t* at = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
+    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+      const auto* in = xc.data() + pl * g.h * g.w;
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          index_t best = -1;
+          R bv(0);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw < 0 || iw >= g.w) continue;
+              const R v = detail::ad::ld<R>(in[ih * g.w + iw]);
+              if (best < 0 || v > bv || v != v) {
+                best = ih * g.w + iw;
+                bv = v;
+              }
+            }
+          }
+          const index_t o = (pl * g.ho + oh) * g.wo + ow;
+          y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
+          if (at) at[o] = static_cast<std::int32_t>(best);
+        }
+    }
+    sv.at = at;
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
+    const auto& d = std::get<0>(gx);
+    if (d.data() == nullptr) return;
+    using R = detail::ad::arith_t<typename T::accumulate>;
+    const auto g = geometry_of(a, d.shape());
+    const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
+    for (index_t pl = 0; pl < g.n * g.c; ++pl)
+      for (index_t q = 0; q < g.plane(); ++q) {
+        const index_t o = pl * g.plane() + q;
+        acc.data()[pl * g.h * g.w + sv.at[o]] += detail::ad::ld<R>(gy.data()[o]);
+      }
+    op::cpu::add_into<R>("precis::max_pool2d", d, acc.as_const());
+  }
+};
+
+/// The mean of each window, padding counted as zeros (the divisor is always kh kw).
+struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
+  static constexpr std::string_view name = "avg_pool2d";
+  static constexpr std::string_view reason =
+      "a sum of kh kw values: 4 fp16 values near 65504 overflow before the division, so it sums in the wide type";
+  using attrs = pool2d_attrs;
+  template <class T>
+  struct saved {};
+  using pool_def<avg_pool2d>::shape;
+
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+    using R = detail::ad::arith_t<typename T::accumulate>;
+    const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
+    const auto g = geometry_of(a, x.shape());
+    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
+    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+      const auto* in = xc.data() + pl * g.h * g.w;
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          R s(0);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw >= 0 && iw < g.w) s += detail::ad::ld<R>(in[ih * g.w + iw]);
+            }
+          }
+          y.data()[(pl * g.ho + oh) * g.wo + ow] = detail::store<O>(R(s * inv));
+        }
+    }
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
+    const auto& d = std::get<0>(gx);
+    if (d.data() == nullptr) return;
+    using R = detail::ad::arith_t<typename T::accumulate>;
+    const auto g = geometry_of(a, d.shape());
+    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
+    const auto acc = ctx.template zeros<R>(d.shape());
+    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+      R* out = acc.data() + pl * g.h * g.w;
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          const R v = R(detail::ad::ld<R>(gy.data()[(pl * g.ho + oh) * g.wo + ow]) * inv);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw >= 0 && iw < g.w) out[ih * g.w + iw] += v;
+            }
+          }
+        }
+    }
+    op::cpu::add_into<R>("precis::avg_pool2d", d, acc.as_const());
+  }
+};
+
+}  // namespace precis::op
+
+namespace precis {
+
+using conv2d_options = op::conv2d::attrs;
+using pool2d_options = op::pool2d_attrs;
+
+/// 2-D convolution (cross-correlation) of x [N, C, H, W] with w [O, C / groups, kh, kw].
+template <class P, class SX, class SW>
+auto conv2d(const Var<P, SX>& x, const Var<P, SW>& w, const conv2d_options& o = {}) { return record<op::conv2d>(o, x, w); }
+template <class P, class SX, class SW, class SB>
+auto conv2d(const Var<P, SX>& x, const Var<P, SW>& w, const Var<P, SB>& bias, const conv2d_options& o = {}) {
+  return record<op::conv2d>(o, x, w, bias);
+}
+template <class P, tensor_like X, tensor_like W>
+auto conv2d(const X& x, const W& w, const conv2d_options& o = {}) { return evaluate<P, op::conv2d>(o, x, w); }
+template <class P, tensor_like X, tensor_like W, tensor_like B>
+auto conv2d(const X& x, const W& w, const B& bias, const conv2d_options& o = {}) {
+  return evaluate<P, op::conv2d>(o, x, w, bias);
+}
+
+/// Max over each window of x [N, C, H, W].
+template <class P, class S>
+auto max_pool2d(const Var<P, S>& x, const pool2d_options& o = {}) { return record<op::max_pool2d>(o, x); }
+template <class P, tensor_like X>
+auto max_pool2d(const X& x, const pool2d_options& o = {}) { return evaluate<P, op::max_pool2d>(o, x); }
+/// Mean over each window of x [N, C, H, W] (padding counts as zeros).
+template <class P, class S>
+auto avg_pool2d(const Var<P, S>& x, const pool2d_options& o = {}) { return record<op::avg_pool2d>(o, x); }
+template <class P, tensor_like X>
+auto avg_pool2d(const X& x, const pool2d_options& o = {}) { return evaluate<P, op::avg_pool2d>(o, x); }
+
+}  // namespace precis

@@ -1,0 +1,159 @@
+// Ops of the op layer that move or multiply whole matrices: permute (a view), batched matmul.
+#pragma once
+
+#include "precis/config.hpp"
+
+#include <string>
+#include <tuple>
+
+#include "precis/ops/op.hpp"
+
+namespace precis::detail::ad {
+
+/// The row-major index, in a batch shape `in` right-aligned to and broadcast against `out`, of
+/// position l of `out`.
+inline index_t broadcast_index(const Shape& out, const Shape& in, index_t l) {
+  index_t r = 0, scale = 1;
+  for (int i = out.rank() - 1, j = in.rank() - 1; i >= 0; --i, --j) {
+    const index_t c = l % out[i];
+    l /= out[i];
+    if (j >= 0) {
+      if (in[j] != 1) r += c * scale;
+      scale *= in[j];
+    }
+  }
+  return r;
+}
+
+/// The leading (batch) axes of a shape of rank >= 2.
+inline Shape batch_of(const Shape& s) {
+  Shape b;
+  for (int i = 0; i + 2 < s.rank(); ++i) b.push_back(s[i]);
+  return b;
+}
+
+/// Matrix `i` of a contiguous [..., r, c] view, as a 2-D view.
+template <class S>
+TensorView<S> matrix(const TensorView<S>& v, index_t i) {
+  const index_t r = v.shape()[v.rank() - 2], c = v.shape()[v.rank() - 1];
+  return TensorView<S>(v.data() + i * r * c, Shape{r, c});
+}
+
+}  // namespace precis::detail::ad
+
+namespace precis::op {
+
+/// Axes reordered (axis i of the result is axis perm[i] of x): a view; the gradient flows back
+/// through the inverse reordering.
+struct permute : def<policy::safety::neutral> {
+  static constexpr std::string_view name = "permute";
+  static constexpr std::string_view reason = "moves no value";
+  static constexpr bool is_view = true;
+  struct attrs {
+    Shape perm;
+  };
+  template <class S, class C>
+  static auto view(const attrs& a, const TensorView<S, C>& x) {
+    return x.permute(a.perm);
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
+    if (std::get<0>(gx).data() == nullptr) return;
+    op::cpu::add_into<detail::ad::arith_t<GX>>("precis::permute", std::get<0>(gx).permute(a.perm), gy);
+  }
+};
+
+/// Batched matrix product a [..., m, k] b [..., k, n] -> [..., m, n]; the batch axes broadcast
+/// (NumPy's matmul rule). Both operands are rounded to the policy's compute type and their
+/// products accumulated in its accumulator, as for matmul.
+struct bmm : def<policy::safety::low_precision_safe> {
+  static constexpr std::string_view name = "bmm";
+  static constexpr std::string_view reason =
+      "a batch of matmuls: each product is exact in fp32 and only the wide accumulator rounds";
+  template <class T>
+  struct saved {
+    TensorView<const typename T::compute> a, b;
+  };
+
+  static Shape shape(const attrs&, const Shape& a, const Shape& b) {
+    if (a.rank() < 2 || b.rank() < 2 || a[a.rank() - 1] != b[b.rank() - 2]) {
+      throw shape_error("precis::bmm: a " + a.str() + " times b " + b.str() +
+                        "; expected a [..., m, k] and b [..., k, n] with the same k");
+    }
+    Shape s = broadcast_shapes(detail::ad::batch_of(a), detail::ad::batch_of(b), "precis::bmm (batch axes)");
+    s.push_back(a[a.rank() - 2]);
+    s.push_back(b[b.rank() - 1]);
+    return s;
+  }
+
+  template <class T, class Ctx, class O, class A, class B>
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const A>& a,
+                      const TensorView<const B>& b) {
+    using L = typename T::compute;
+    using Acc = typename T::accumulate;
+    sv.a = ctx.template as<L>(a, true);
+    sv.b = ctx.template as<L>(b, true);
+    const Shape yb = detail::ad::batch_of(y.shape()), ab = detail::ad::batch_of(a.shape()), bb = detail::ad::batch_of(b.shape());
+    const index_t m = y.shape()[y.rank() - 2], n = y.shape()[y.rank() - 1];
+    const auto acc = ctx.template temp<Acc>(Shape{m, n});
+    for (index_t i = 0; i < yb.numel(); ++i) {
+      const auto ai = detail::ad::matrix(sv.a, detail::ad::broadcast_index(yb, ab, i));
+      const auto bi = detail::ad::matrix(sv.b, detail::ad::broadcast_index(yb, bb, i));
+      ctx.gemm(acc, ai, bi, false);
+      ctx.copy(acc.as_const(), detail::ad::matrix(y, i));
+    }
+  }
+
+  template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const A>, TensorView<const B>>&,
+                       const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
+    using Acc = typename T::accumulate;
+    const Shape yb = detail::ad::batch_of(gy.shape());
+    // each gradient is summed over the batch (and its broadcast axes) in Acc, rounded once
+    const auto grad = [&](const auto& g, const Shape& own, auto product) {
+      if (g.data() == nullptr) return;
+      const auto acc = ctx.template zeros<Acc>(g.shape());
+      const Shape ob = detail::ad::batch_of(own);
+      for (index_t i = 0; i < yb.numel(); ++i) product(detail::ad::matrix(acc, detail::ad::broadcast_index(yb, ob, i)), i);
+      op::cpu::add_into<Acc>("precis::bmm", g, acc.as_const());
+    };
+    const Shape ab = detail::ad::batch_of(sv.a.shape()), bb = detail::ad::batch_of(sv.b.shape());
+    grad(std::get<0>(gx), sv.a.shape(), [&](const TensorView<Acc>& c, index_t i) {  // ga += g b^T
+      ctx.gemm(c, detail::ad::matrix(gy, i), detail::ad::matrix(sv.b, detail::ad::broadcast_index(yb, bb, i)).transpose(), true);
+    });
+    grad(std::get<1>(gx), sv.b.shape(), [&](const TensorView<Acc>& c, index_t i) {  // gb += a^T g
+      ctx.gemm(c, detail::ad::matrix(sv.a, detail::ad::broadcast_index(yb, ab, i)).transpose(), detail::ad::matrix(gy, i), true);
+    });
+  }
+};
+
+}  // namespace precis::op
+
+namespace precis {
+
+/// Axes reordered: axis i of the result is axis perm[i] of x (a view).
+template <class P, class S>
+auto permute(const Var<P, S>& x, const Shape& perm) { return record<op::permute>({perm}, x); }
+template <class P, tensor_like X>
+auto permute(const X& x, const Shape& perm) { return evaluate<P, op::permute>({perm}, x); }
+/// Axes a and b swapped (a view).
+template <class P, class S>
+auto transpose(const Var<P, S>& x, int a, int b) {
+  const int r = x.shape().rank();
+  Shape perm;
+  for (int i = 0; i < r; ++i) perm.push_back(i);
+  const int ia = normalize_axis(a, r, "precis::transpose"), ib = normalize_axis(b, r, "precis::transpose");
+  perm[ia] = ib;
+  perm[ib] = ia;
+  return permute(x, perm);
+}
+
+/// Batched matrix product with broadcast batch axes: a [..., m, k] b [..., k, n].
+template <class P, class SA, class SB>
+auto bmm(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::bmm>({}, a, b); }
+template <class P, tensor_like A, tensor_like B>
+auto bmm(const A& a, const B& b) { return evaluate<P, op::bmm>({}, a, b); }
+
+}  // namespace precis

@@ -1,0 +1,261 @@
+// The op layer: an op is written once, as one struct in one file (precis/ops/<op>.hpp), and
+// both the tape's recording and the eager policy-aware call come from that definition.
+//
+// A definition derives from op::def<safety class> and has:
+//   name, reason                     its entry in the policy table (docs/policies.md)
+//   attrs                            its non-tensor arguments (stride, axis, eps, ...)
+//   saved<T>                         what its forward keeps for the backward (typed; in the arena)
+//   shape(attrs, in shapes...)       the output shape; throws precis::shape_error on bad input
+//   forward<T>(ctx, attrs, y, saved, x...)
+//                                    writes y from the inputs x (views of their storage types)
+//   backward<T>(ctx, attrs, saved, gy, y, tuple{x...}, tuple{gx...})
+//                                    ADDS each input's gradient contribution into gx_i (an
+//                                    empty view, data() == nullptr, when input i needs none)
+// T is policy::op_types<P, Op, In...>: its compute (the storage format inputs are rounded to),
+// accumulate (what sums run in) and output (the result's storage) types. ctx is the backend:
+// temporary and kept memory, and the GEMM (op::cpu is today's engine). A view op (permute)
+// defines view(attrs, x) instead of shape/forward.
+//
+// The front ends every op file adds, generic over the definition:
+//   conv2d(x, w, opts)                      Var inputs: recorded on their tape
+//   conv2d<P>(x, w, opts)                   tensors: evaluated eagerly under policy P
+// and a definition outside precis gets the same two from precis::record<Op> and
+// precis::evaluate<P, Op> (examples/custom_op.cpp).
+#pragma once
+
+#include "precis/config.hpp"
+
+#include <array>
+#include <cstdint>
+#include <new>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "precis/autodiff/ops.hpp"
+#include "precis/autodiff/tape.hpp"
+#include "precis/policy/policies.hpp"
+
+namespace precis::op {
+
+/// The base of an op definition: its safety class, and empty attrs and saved state for ops
+/// that have none (a definition declares its own to replace them).
+template <policy::safety S>
+struct def : policy::detail::tag<S> {
+  struct attrs {};
+  template <class T>
+  struct saved {};
+};
+
+/// The CPU backend: memory from the tape's arenas (or an eager call's own) and precis's blocked
+/// GEMM. Ops reach memory and matrix products only through their context, so a device backend
+/// with the same members runs the same definitions.
+class cpu {
+ public:
+  cpu(Arena& temp, Arena& keep, bool saving) noexcept : temp_(&temp), keep_(&keep), saving_(saving) {}
+
+  /// Whether the forward's saved state will be used (false in eager calls and when no input
+  /// needs a gradient): an op may skip keeping what only its backward reads.
+  bool saving() const noexcept { return saving_; }
+
+  /// Uninitialized memory rewound after the op (forward) or the node (backward).
+  template <class T>
+  TensorView<T> temp(const Shape& s) const {
+    return TensorView<T>(temp_->template allocate_array<T>(static_cast<std::size_t>(s.numel())), s);
+  }
+  /// temp() filled with zeros.
+  template <class T>
+  TensorView<T> zeros(const Shape& s) const {
+    const auto v = temp<T>(s);
+    std::fill_n(v.data(), v.size(), T(0));
+    return v;
+  }
+  /// Uninitialized memory that lives as long as the step (saved state).
+  template <class T>
+  TensorView<T> keep(const Shape& s) const {
+    return TensorView<T>(keep_->template allocate_array<T>(static_cast<std::size_t>(s.numel())), s);
+  }
+
+  /// n uninitialized objects of trivially copyable T that live as long as the step.
+  template <class T>
+  T* keep_array(index_t n) const {
+    return keep_->template allocate_array<T>(static_cast<std::size_t>(n));
+  }
+
+  /// x as a contiguous view of storage L: x itself when it already is one, otherwise a copy
+  /// rounded once to nearest, kept for the backward when `for_backward` and saving().
+  template <class L, class S, class C>
+  TensorView<const L> as(const TensorView<S, C>& x, bool for_backward) const {
+    if constexpr (std::is_same_v<detail::remove_const_t<S>, L>) {
+      if (x.is_contiguous()) return TensorView<const L>(x.data(), x.shape());
+    }
+    const auto out = (for_backward && saving_) ? keep<L>(x.shape()) : temp<L>(x.shape());
+    copy(x, out);
+    return out.as_const();
+  }
+
+  /// c = a b (+ c when add), a [m, k] and b [k, n] of any storage and strides, accumulated in
+  /// Acc (c's type).
+  template <class Acc, class SA, class CA, class SB, class CB>
+  void gemm(const TensorView<Acc>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add) const {
+    const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    detail::gemm_blocked<Acc>(m, n, k, Acc(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
+                              b.strides()[1], add ? Acc(1) : Acc(0), c.data(), c.strides()[0], c.strides()[1],
+                              detail::default_gemm_threads(m, n, k));
+  }
+
+  /// to = from, rounded once to nearest into to's storage (same shapes, any strides).
+  template <class S, class C, class D, class DC>
+  static void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
+    Tape<policy::true_<float>>::copy_into(from, to);
+  }
+
+  /// to += from element-wise (from broadcasts), in A, rounded once into to's storage.
+  template <class A, class D, class S, class C>
+  static void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) {
+    map_into<A>(op, to, [](const A& acc, const A& v) { return A(acc + v); }, to.as_const(), from);
+  }
+
+ private:
+  Arena* temp_;
+  Arena* keep_;
+  bool saving_;
+};
+
+}  // namespace precis::op
+
+namespace precis {
+namespace detail::ad {
+
+/// The types an op runs in: op_types over its inputs, unless the definition names its own
+/// (`types_for`, e.g. where's condition does not take part in promotion).
+template <class Op, class P, class... S>
+struct op_types_of {
+  using type = policy::op_types<P, Op, S...>;
+};
+template <class Op, class P, class... S>
+  requires requires { typename Op::template types_for<P, S...>; }
+struct op_types_of<Op, P, S...> {
+  using type = typename Op::template types_for<P, S...>;
+};
+template <class Op, class P, class... S>
+using op_types_t = typename op_types_of<Op, P, S...>::type;
+
+/// A view op (is_view = true) returns a view of its input's memory; it has no forward.
+template <class Op>
+concept view_op = requires { requires Op::is_view; };
+
+/// A recorded op's state in the arena: its attributes, its inputs' ids and its saved values.
+template <class Op, class T, std::size_t N>
+struct op_state {
+  typename Op::attrs attrs;
+  std::array<std::uint32_t, N> in;
+  typename Op::template saved<T> saved;
+};
+
+template <class G, class P>
+TensorView<G> grad_or_empty(Tape<P>& t, std::uint32_t id) {
+  return t.slot(id).requires_grad ? t.template grad_view<G>(id) : TensorView<G>();
+}
+
+template <class V>
+auto plain_view(const V& v) {
+  using S = std::remove_pointer_t<decltype(v.data())>;
+  return TensorView<S>(v.data(), v.shape(), v.strides(), typename TensorView<S>::unchecked{});
+}
+
+template <class Op, class P, class... S>
+void op_backward(Tape<P>& t, const node_t<P>& n) {
+  using T = op_types_t<Op, P, S...>;
+  using O = typename T::output;
+  using St = op_state<Op, T, sizeof...(S)>;
+  const St& st = *static_cast<const St*>(n.state);
+  const op::cpu ctx(t.scratch(), t.arena(), false);
+  const auto gy = t.template grad_view<grad_t<P, O>>(n.out).as_const();
+  const auto y = t.template value_view<const O>(n.out);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    Op::template backward<T>(ctx, st.attrs, st.saved, gy, y,
+                             std::tuple<TensorView<const S>...>(t.template value_view<const S>(st.in[I])...),
+                             std::tuple<TensorView<grad_t<P, S>>...>(grad_or_empty<grad_t<P, S>>(t, st.in[I])...));
+  }(std::index_sequence_for<S...>{});
+}
+
+template <class First, class... Rest>
+const First& first_of(const First& f, const Rest&...) {
+  return f;
+}
+
+}  // namespace detail::ad
+
+/// Records op Op on the tape of its Var inputs: the output is computed by Op::forward in the
+/// types the policy gives, and a node whose backward is Op::backward is appended when any input
+/// needs a gradient.
+template <class Op, class P, class... S>
+auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
+  const char* name = detail::ad::name_of<Op>();
+  Tape<P>& t = detail::ad::first_of(x...).tape();
+  (t.check(x, name), ...);
+  using T = detail::ad::op_types_t<Op, P, S...>;
+  using O = typename T::output;
+  using St = detail::ad::op_state<Op, T, sizeof...(S)>;
+  static_assert(std::is_trivially_destructible_v<St>, "an op's attrs and saved state live in the arena: they must be "
+                                                      "trivially destructible");
+  const bool needs_grad = (x.requires_grad() || ...) && t.grad_enabled();
+  Var<P, O> y;
+  if constexpr (detail::ad::view_op<Op>) {
+    y = t.make_view(detail::ad::first_of(x...), Op::view(a, x.value()...));
+  } else {
+    y = t.template make<O>(Op::shape(a, x.shape()...), needs_grad);
+  }
+  St local{a, {x.id()...}, {}};
+  St* st = needs_grad ? new (t.arena().allocate(sizeof(St))) St{a, {x.id()...}, {}} : &local;
+  if constexpr (!detail::ad::view_op<Op>) {
+    const op::cpu ctx(t.scratch(), t.arena(), needs_grad);
+    Op::template forward<T>(ctx, st->attrs, t.template value_view<O>(y.id()), st->saved, x.value()...);
+  }
+  if (y.requires_grad()) {
+    typename Tape<P>::Node n{};
+    n.backward = &detail::ad::op_backward<Op, P, S...>;
+    n.out = y.id();
+    n.state = st;
+    t.record(n);
+  }
+  t.end_op();
+  return y;
+}
+
+/// Evaluates op Op eagerly under policy P on tensors or views: the same forward as the tape's,
+/// nothing recorded. A view op returns a view of its argument.
+template <class P, class Op, class... X>
+auto evaluate(const typename Op::attrs& a, const X&... x) {
+  if constexpr (detail::ad::view_op<Op>) {
+    return Op::view(a, as_view(x)...);
+  } else {
+    using T = detail::ad::op_types_t<Op, P, storage_of<X>...>;
+    using O = typename T::output;
+    auto y = Tensor<O>::uninitialized(Op::shape(a, as_view(x).shape()...));
+    Arena temp, keep;
+    const op::cpu ctx(temp, keep, false);
+    typename Op::template saved<T> sv{};
+    Op::template forward<T>(ctx, a, y.view(), sv, detail::ad::plain_view(as_view(x).as_const())...);
+    return y;
+  }
+}
+
+namespace detail::ad {
+
+/// a's value as arithmetic type A (through the storage's own compute type).
+template <class A, class S>
+A ld(const S& v) {
+  return detail::load<A>(detail::load<arith_t<detail::remove_cv_t<S>>>(v));
+}
+
+/// "precis::conv2d: " + message.
+template <class Op>
+std::string op_message(const std::string& what) {
+  return "precis::" + std::string(Op::name) + ": " + what;
+}
+
+}  // namespace detail::ad
+}  // namespace precis

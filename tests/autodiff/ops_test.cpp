@@ -1,0 +1,402 @@
+// The op layer (precis/ops/): every op gradchecked under 64-true, 32-true, bf16-mixed and
+// 16-mixed (tolerances from precis::gradient_tolerance, as in gradcheck_test.cpp); conv2d and
+// attention against direct references evaluated in double; the table, the tape and the eager
+// calls list the same ops; bad input gets named errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <precis/autodiff/gradcheck.hpp>
+#include <precis/precis.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace precis;
+namespace pol = precis::policy;
+
+namespace {
+
+Tensor<double> uniform(Shape s, double lo, double hi, unsigned seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  Tensor<double> t(s);
+  for (auto& v : t) v = u(g);
+  return t;
+}
+
+/// 0/1 values with probability 1/2.
+Tensor<double> bits(Shape s, unsigned seed) {
+  std::mt19937_64 g(seed);
+  Tensor<double> t(s);
+  for (auto& v : t) v = static_cast<double>(g() & 1);
+  return t;
+}
+
+template <class P>
+class OpLayer : public ::testing::Test {
+ protected:
+  template <class F>
+  void check(F f, const std::vector<Tensor<double>>& at, int k) {
+    gradcheck_options o;
+    o.ops = k;
+    o.finite_differences = o.check_rules = std::is_same_v<P, pol::true_<double>>;
+    const auto r = gradcheck<P>(f, at, o);
+    EXPECT_TRUE(r.passed()) << r.report();
+    for (double e : r.error) EXPECT_TRUE(std::isfinite(e)) << r.report();
+  }
+};
+
+using Policies = ::testing::Types<pol::true_<double>, pol::true_<float>, pol::named<"bf16-mixed">, pol::named<"16-mixed">>;
+TYPED_TEST_SUITE(OpLayer, Policies);
+
+/// sum(y * c): every element of y reaches the loss with its own weight.
+#define WEIGHTED(expr) sum(mul((expr), p.back()))
+
+TYPED_TEST(OpLayer, Conv2d) {
+  // stride, padding, dilation and groups together, with a bias
+  const conv2d_options o{{2, 1}, {1, 2}, {1, 2}, 2};
+  this->check([o](auto&, const auto& p) { return WEIGHTED(conv2d(p[0], p[1], p[2], o)); },
+              {uniform({2, 4, 5, 6}, -1, 1, 1), uniform({6, 2, 3, 2}, -1, 1, 2), uniform({6}, -1, 1, 3),
+               uniform({2, 6, 3, 8}, -1, 1, 4)},
+              3);
+  // no bias, the plain 3x3 "same" convolution of the demo's CNN
+  const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
+  this->check([same](auto&, const auto& p) { return WEIGHTED(conv2d(p[0], p[1], same)); },
+              {uniform({2, 3, 4, 4}, -1, 1, 5), uniform({2, 3, 3, 3}, -1, 1, 6), uniform({2, 2, 4, 4}, -1, 1, 7)}, 3);
+}
+
+TYPED_TEST(OpLayer, Pooling) {
+  const auto x = uniform({2, 2, 5, 5}, -1, 1, 10);
+  this->check([](auto&, const auto& p) { return WEIGHTED(max_pool2d(p[0], {{2, 2}, {2, 2}, {0, 0}})); },
+              {x, uniform({2, 2, 2, 2}, -1, 1, 11)}, 3);
+  // overlapping windows with padding: one input may win several windows
+  this->check([](auto&, const auto& p) { return WEIGHTED(max_pool2d(p[0], {{3, 3}, {1, 1}, {1, 1}})); },
+              {x, uniform({2, 2, 5, 5}, -1, 1, 12)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(avg_pool2d(p[0], {{3, 2}, {2, 1}, {1, 1}})); },
+              {x, uniform({2, 2, 3, 6}, -1, 1, 13)}, 3);
+}
+
+TYPED_TEST(OpLayer, BatchNorm) {
+  this->check([](auto&, const auto& p) { return WEIGHTED(batch_norm(p[0], p[1], p[2])); },
+              {uniform({4, 3, 2, 2}, -2, 2, 20), uniform({3}, 0.5, 1.5, 21), uniform({3}, -1, 1, 22),
+               uniform({4, 3, 2, 2}, -1, 1, 23)},
+              3);
+  static double mean[3] = {0.1, -0.2, 0.3}, var[3] = {0.5, 1.5, 2.0};
+  batch_norm_options eval;
+  eval.training = false;
+  eval.running_mean = mean;
+  eval.running_var = var;
+  this->check([eval](auto&, const auto& p) { return WEIGHTED(batch_norm(p[0], p[1], p[2], eval)); },
+              {uniform({2, 3}, -2, 2, 24), uniform({3}, 0.5, 1.5, 25), uniform({3}, -1, 1, 26), uniform({2, 3}, -1, 1, 27)},
+              3);
+}
+
+TYPED_TEST(OpLayer, Embedding) {
+  // repeated indices: their gradients sum in the accumulator
+  static const std::vector<std::int64_t> idx{3, 0, 3, 1, 3, 4};
+  this->check([](auto&, const auto& p) { return WEIGHTED(embedding(p[0], idx, Shape{2, 3})); },
+              {uniform({5, 4}, -1, 1, 30), uniform({2, 3, 4}, -1, 1, 31)}, 3);
+}
+
+TYPED_TEST(OpLayer, BatchedMatmulWithBroadcasting) {
+  this->check([](auto&, const auto& p) { return WEIGHTED(bmm(p[0], p[1])); },
+              {uniform({2, 3, 4}, -1, 1, 40), uniform({2, 4, 5}, -1, 1, 41), uniform({2, 3, 5}, -1, 1, 42)}, 3);
+  // b broadcast over a's batch, and a batch axis of 1 stretched
+  this->check([](auto&, const auto& p) { return WEIGHTED(bmm(p[0], p[1])); },
+              {uniform({2, 1, 3, 4}, -1, 1, 43), uniform({3, 4, 2}, -1, 1, 44), uniform({2, 3, 3, 2}, -1, 1, 45)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(bmm(p[0], transpose(p[1], 1, 2))); },
+              {uniform({2, 3, 4}, -1, 1, 46), uniform({2, 5, 4}, -1, 1, 47), uniform({2, 3, 5}, -1, 1, 48)}, 4);
+}
+
+TYPED_TEST(OpLayer, Attention) {
+  for (const bool causal : {false, true}) {
+    const attention_options o{causal, 0};
+    this->check([o](auto&, const auto& p) { return WEIGHTED(attention(p[0], p[1], p[2], o)); },
+                {uniform({2, 2, 4, 3}, -1, 1, 50), uniform({2, 2, 4, 3}, -1, 1, 51), uniform({2, 2, 4, 5}, -1, 1, 52),
+                 uniform({2, 2, 4, 5}, -1, 1, 53)},
+                4);
+  }
+}
+
+TYPED_TEST(OpLayer, DropoutWhereMaskedFill) {
+  const dropout_options d{0.3, 7, 11, true};
+  this->check([d](auto&, const auto& p) { return WEIGHTED(dropout(p[0], d)); },
+              {uniform({4, 6}, -1, 1, 60), uniform({4, 6}, -1, 1, 61)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(where(p[0], p[1], p[2])); },
+              {bits({3, 4}, 62), uniform({3, 4}, -1, 1, 63), uniform({4}, -1, 1, 64), uniform({3, 4}, -1, 1, 65)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(masked_fill(p[0], p[1], -3.0)); },
+              {uniform({3, 4}, -1, 1, 66), bits({4}, 67), uniform({3, 4}, -1, 1, 68)}, 3);
+}
+
+TYPED_TEST(OpLayer, SelectionAndActivations) {
+  const auto x = uniform({3, 5}, -2, 2, 70);
+  this->check([](auto&, const auto& p) { return WEIGHTED(max(p[0], 1)); }, {x, uniform({3}, -1, 1, 71)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(min(p[0], 0)); }, {x, uniform({5}, -1, 1, 72)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(silu(p[0])); }, {x, uniform({3, 5}, -1, 1, 73)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(gelu_tanh(p[0])); }, {uniform({3, 5}, 0.25, 2, 74), uniform({3, 5}, -1, 1, 75)}, 3);
+  this->check([](auto&, const auto& p) { return WEIGHTED(permute(p[0], Shape{2, 0, 1})); },
+              {uniform({2, 3, 4}, -1, 1, 76), uniform({4, 2, 3}, -1, 1, 77)}, 2);
+}
+
+// ---- direct references in double ------------------------------------------------------------
+
+/// conv2d by its definition, each output as a sum over (c, i, j), with the sum of |terms|.
+void conv_reference(const Tensor<double>& x, const Tensor<double>& w, const Tensor<double>& b, const conv2d_options& o,
+                    Tensor<double>& y, Tensor<double>& mag) {
+  const index_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const index_t oc = w.shape()[0], cg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3], og = oc / o.groups;
+  const index_t ho = (h + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1) / o.stride[0] + 1;
+  const index_t wo = (wd + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1) / o.stride[1] + 1;
+  y = Tensor<double>(Shape{n, oc, ho, wo});
+  mag = Tensor<double>(Shape{n, oc, ho, wo});
+  (void)c;
+  for (index_t in = 0; in < n; ++in)
+    for (index_t f = 0; f < oc; ++f)
+      for (index_t oh = 0; oh < ho; ++oh)
+        for (index_t ow = 0; ow < wo; ++ow) {
+          double s = b(f), m = std::abs(b(f));
+          const index_t g = f / og;
+          for (index_t ci = 0; ci < cg; ++ci)
+            for (index_t i = 0; i < kh; ++i)
+              for (index_t j = 0; j < kw; ++j) {
+                const index_t ih = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                const index_t iw = ow * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                const double t = x(in, g * cg + ci, ih, iw) * w(f, ci, i, j);
+                s += t;
+                m += std::abs(t);
+              }
+          y(in, f, oh, ow) = s;
+          mag(in, f, oh, ow) = m;
+        }
+}
+
+template <class P>
+void expect_conv_matches(const conv2d_options& o, const Shape& xs, const Shape& ws, unsigned seed) {
+  using S = typename P::param_type;
+  // the operands rounded to the policy's storage, so both sides multiply the same numbers
+  auto rounded = [](Tensor<double> t) {
+    for (auto& v : t) v = detail::load<double>(detail::load<default_compute_t<S>>(detail::store<S>(detail::load<default_compute_t<S>>(v))));
+    return t;
+  };
+  const auto x = rounded(uniform(xs, -1, 1, seed)), w = rounded(uniform(ws, -1, 1, seed + 1)),
+             b = rounded(uniform({ws[0]}, -1, 1, seed + 2));
+  Tensor<double> ref, mag;
+  conv_reference(x, w, b, o, ref, mag);
+  const auto y = conv2d<P>(astype<S>(x), astype<S>(w), astype<S>(b), o);
+  ASSERT_EQ(y.shape(), ref.shape());
+  // accumulation of K + 1 terms in the accumulator, then one rounding to the output storage
+  using T = pol::op_types<P, op::conv2d, S, S, S>;
+  const double k = static_cast<double>(ws[1] * ws[2] * ws[3] + 1);
+  const double tol_acc = bounds::gamma(k, unit_roundoff<typename T::accumulate>());
+  const double u_out = unit_roundoff<typename T::output>();
+  for (index_t i = 0; i < y.size(); ++i) {
+    const double got = detail::load<double>(detail::load<default_compute_t<typename T::output>>(y.data()[i]));
+    const double bound = tol_acc * mag.data()[i] + u_out * (std::abs(ref.data()[i]) + tol_acc * mag.data()[i]);
+    ASSERT_LE(std::abs(got - ref.data()[i]), bound) << "element " << i << " under " << P::name();
+  }
+}
+
+TEST(OpLayerReference, Conv2dMatchesDefinition) {
+  const std::vector<std::tuple<conv2d_options, Shape, Shape>> cases{
+      {{{1, 1}, {0, 0}, {1, 1}, 1}, {2, 3, 6, 5}, {4, 3, 3, 3}},
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 1, 7, 7}, {5, 1, 3, 3}},
+      {{{2, 3}, {2, 1}, {1, 1}, 1}, {1, 2, 9, 8}, {3, 2, 4, 3}},
+      {{{1, 2}, {1, 0}, {2, 1}, 3}, {2, 6, 7, 7}, {6, 2, 3, 2}},
+      {{{1, 1}, {0, 0}, {1, 1}, 4}, {1, 4, 3, 3}, {8, 1, 2, 2}},  // depthwise, channel multiplier 2
+  };
+  unsigned seed = 100;
+  for (const auto& [o, xs, ws] : cases) {
+    expect_conv_matches<pol::true_<double>>(o, xs, ws, seed);
+    expect_conv_matches<pol::true_<float>>(o, xs, ws, seed);
+    expect_conv_matches<pol::named<"bf16-mixed">>(o, xs, ws, seed);
+    expect_conv_matches<pol::named<"16-mixed">>(o, xs, ws, seed);
+    seed += 10;
+  }
+}
+
+/// conv2d's gradients under 64-true against the adjoint of the definition (dx, dw, db of
+/// sum(y * c)), each a plain sum of products.
+TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
+  const conv2d_options o{{2, 1}, {1, 1}, {1, 2}, 2};
+  auto x = uniform({2, 4, 6, 5}, -1, 1, 200), w = uniform({4, 2, 3, 2}, -1, 1, 201), b = uniform({4}, -1, 1, 202);
+  Tensor<double> ref, mag;
+  conv_reference(x, w, b, o, ref, mag);
+  const auto c = uniform(ref.shape(), -1, 1, 203);
+  using P = pol::true_<double>;
+  Tensor<double> gx(x.shape()), gw(w.shape()), gb(b.shape());
+  Tape<P> t;
+  const auto xv = t.param(x.view(), gx.view());
+  const auto wv = t.param(w.view(), gw.view());
+  const auto bv = t.param(b.view(), gb.view());
+  t.backward(sum(mul(conv2d(xv, wv, bv, o), t.input(c))));
+  Tensor<double> rx(x.shape()), rw(w.shape()), rb(b.shape());
+  const index_t og = 2, cg = 2;
+  for (index_t n = 0; n < 2; ++n)
+    for (index_t f = 0; f < 4; ++f)
+      for (index_t oh = 0; oh < ref.shape()[2]; ++oh)
+        for (index_t ow = 0; ow < ref.shape()[3]; ++ow) {
+          const double g = c(n, f, oh, ow);
+          rb(f) += g;
+          for (index_t ci = 0; ci < cg; ++ci)
+            for (index_t i = 0; i < 3; ++i)
+              for (index_t j = 0; j < 2; ++j) {
+                const index_t ih = oh * 2 - 1 + i, iw = ow - 1 + 2 * j;
+                if (ih < 0 || ih >= 6 || iw < 0 || iw >= 5) continue;
+                const index_t ch = (f / og) * cg + ci;
+                rx(n, ch, ih, iw) += g * w(f, ci, i, j);
+                rw(f, ci, i, j) += g * x(n, ch, ih, iw);
+              }
+        }
+  // each gradient is a sum of at most 2 * 4 * 3 * 2 products of magnitude <= 1
+  const double tol = bounds::gamma(64, unit_roundoff<double>()) * 64;
+  for (index_t i = 0; i < x.size(); ++i) EXPECT_NEAR(gx.data()[i], rx.data()[i], tol) << "dx " << i;
+  for (index_t i = 0; i < w.size(); ++i) EXPECT_NEAR(gw.data()[i], rw.data()[i], tol) << "dw " << i;
+  for (index_t i = 0; i < b.size(); ++i) EXPECT_NEAR(gb.data()[i], rb.data()[i], tol) << "db " << i;
+}
+
+/// softmax(q k^T / sqrt(d), causal) v by its definition, in double.
+Tensor<double> attention_reference(const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v, bool causal) {
+  const index_t b = q.shape()[0], tq = q.shape()[1], d = q.shape()[2], tk = k.shape()[1], dv = v.shape()[2];
+  Tensor<double> y(Shape{b, tq, dv});
+  for (index_t n = 0; n < b; ++n)
+    for (index_t i = 0; i < tq; ++i) {
+      std::vector<double> s(static_cast<std::size_t>(tk), -INFINITY);
+      double mx = -INFINITY;
+      for (index_t j = 0; j < tk; ++j) {
+        if (causal && j > i) continue;
+        double dot = 0;
+        for (index_t e = 0; e < d; ++e) dot += q(n, i, e) * k(n, j, e);
+        s[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
+        mx = std::max(mx, s[static_cast<std::size_t>(j)]);
+      }
+      double z = 0;
+      for (auto& e : s) z += (e = std::exp(e - mx));
+      for (index_t c = 0; c < dv; ++c) {
+        double acc = 0;
+        for (index_t j = 0; j < tk; ++j) acc += s[static_cast<std::size_t>(j)] / z * v(n, j, c);
+        y(n, i, c) = acc;
+      }
+    }
+  return y;
+}
+
+TEST(OpLayerReference, AttentionMatchesDefinition) {
+  const auto q = uniform({3, 5, 4}, -1, 1, 300), k = uniform({3, 6, 4}, -1, 1, 301), v = uniform({3, 6, 3}, -1, 1, 302);
+  for (const bool causal : {false, true}) {
+    const auto ref = attention_reference(q, k, v, causal);
+    const auto y64 = attention<pol::true_<double>>(q, k, v, {causal, 0});
+    const auto y32 = attention<pol::true_<float>>(astype<float>(q), astype<float>(k), astype<float>(v), {causal, 0});
+    // |v| <= 1 and the probabilities sum to 1: absolute errors of a few dozen unit roundoffs
+    // (the scores' dot products, exp, the normalization and the weighted sum of Tk values)
+    for (index_t i = 0; i < ref.size(); ++i) {
+      EXPECT_NEAR(y64.data()[i], ref.data()[i], 64 * unit_roundoff<double>()) << "causal " << causal << " element " << i;
+      EXPECT_NEAR(y32.data()[i], ref.data()[i], 64 * unit_roundoff<float>()) << "causal " << causal << " element " << i;
+    }
+    if (causal) {  // the first query sees only the first key
+      for (index_t n = 0; n < 3; ++n)
+        for (index_t c = 0; c < 3; ++c) EXPECT_DOUBLE_EQ(y64(n, 0, c), v(n, 0, c));
+    }
+  }
+}
+
+// ---- one list of ops -------------------------------------------------------------------------
+
+template <class Op>
+concept layer_definition = requires {
+  Op::name;
+  Op::reason;
+  Op::safety_class;
+  typename Op::attrs;
+};
+
+TEST(OpLayerRegistry, TableTapeAndEagerListTheSameOps) {
+  std::set<std::string> table, layer;
+  op::all::for_each([&]<class Op>() { EXPECT_TRUE(table.insert(std::string(Op::name)).second) << Op::name << " twice"; });
+  op::layer::for_each([&]<class Op>() {
+    static_assert(layer_definition<Op>);
+    layer.insert(std::string(Op::name));
+    EXPECT_TRUE(table.count(std::string(Op::name))) << Op::name << " is defined but not in the policy table";
+  });
+  EXPECT_EQ(layer.size(), op::layer::size);
+}
+
+TEST(OpLayerRegistry, EagerAndTapeAgree) {
+  using P = pol::named<"bf16-mixed">;
+  const auto x = astype<bfloat16>(uniform({2, 3, 6, 6}, -1, 1, 400));
+  const auto w = astype<bfloat16>(uniform({4, 3, 3, 3}, -1, 1, 401));
+  const auto eager = max_pool2d<P>(conv2d<P>(x, w, {{1, 1}, {1, 1}, {1, 1}, 1}));
+  Tape<P> t;
+  const auto y = max_pool2d(conv2d(t.input(x), t.input(w), {{1, 1}, {1, 1}, {1, 1}, 1}));
+  ASSERT_EQ(eager.shape(), y.shape());
+  for (index_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(static_cast<float>(eager.data()[i]), static_cast<float>(y.value().data()[i])) << i;
+  }
+  const auto via_ops = ops<P>::call<op::attention>({true, 0}, x.view().select(0, 0), x.view().select(0, 1), x.view().select(0, 0));
+  const auto direct = attention<P>(x.view().select(0, 0), x.view().select(0, 1), x.view().select(0, 0), {true, 0});
+  for (index_t i = 0; i < direct.size(); ++i) EXPECT_EQ(static_cast<float>(via_ops.data()[i]), static_cast<float>(direct.data()[i]));
+}
+
+// ---- dropout ---------------------------------------------------------------------------------
+
+TEST(OpLayerDropout, KeepsAboutOneMinusPAndScales) {
+  using P = pol::true_<float>;
+  const Tensor<float> ones = Tensor<float>::full(Shape{200, 500}, 1.0f);
+  const auto y = dropout<P>(ones, {0.25, 3, 0, true});
+  index_t kept = 0;
+  for (float v : y) {
+    ASSERT_TRUE(v == 0.0f || v == static_cast<float>(1 / 0.75)) << v;
+    kept += v != 0.0f;
+  }
+  // binomial(1e5, 0.75): standard deviation 137; 6 of them
+  EXPECT_NEAR(static_cast<double>(kept), 75000.0, 6 * 137.0);
+  const auto again = dropout<P>(ones, {0.25, 3, 0, true});
+  const auto other = dropout<P>(ones, {0.25, 3, 1, true});
+  index_t same = 0, differ = 0;
+  for (index_t i = 0; i < y.size(); ++i) {
+    same += y.data()[i] == again.data()[i];
+    differ += y.data()[i] != other.data()[i];
+  }
+  EXPECT_EQ(same, y.size());
+  EXPECT_GT(differ, 0);
+  const auto eval = dropout<P>(ones, {0.25, 3, 0, false});
+  for (float v : eval) ASSERT_EQ(v, 1.0f);
+}
+
+// ---- bad input -------------------------------------------------------------------------------
+
+template <class E, class F>
+void expect_error(F f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+  }
+}
+
+TEST(OpLayerErrors, NameTheOpShapesAndExpectation) {
+  using P = pol::true_<float>;
+  const Tensor<float> x(Shape{2, 3, 5, 5});
+  expect_error<shape_error>([&] { (void)conv2d<P>(x, Tensor<float>(Shape{4, 2, 3, 3})); },
+                            {"precis::conv2d", "[2, 3, 5, 5]", "[4, 2, 3, 3]", "mismatched channels"});
+  expect_error<shape_error>([&] { (void)conv2d<P>(x, Tensor<float>(Shape{4, 3, 7, 3})); },
+                            {"precis::conv2d", "no larger than the padded input"});
+  expect_error<shape_error>([&] { (void)max_pool2d<P>(x, {{6, 6}, {0, 0}, {0, 0}}); }, {"precis::max_pool2d", "padded input"});
+  expect_error<shape_error>([&] { (void)masked_fill<P>(x, Tensor<float>(Shape{4}), 0.0); },
+                            {"precis::masked_fill", "mask [4]", "[2, 3, 5, 5]", "broadcasts"});
+  expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 4}), Tensor<float>(Shape{2, 3, 5}),
+                                                     Tensor<float>(Shape{2, 3, 4})); },
+                            {"precis::attention", "same D"});
+  const std::vector<std::int64_t> idx{0, 7};
+  expect_error<invalid_argument>([&] { (void)embedding<P>(Tensor<float>(Shape{5, 2}), idx, Shape{2}); },
+                                 {"precis::embedding", "index 7", "[0, 5)", "[5, 2]"});
+  expect_error<shape_error>([&] { (void)batch_norm<P>(x, Tensor<float>(Shape{4}), Tensor<float>(Shape{4})); },
+                            {"precis::batch_norm", "mismatched channels"});
+  expect_error<shape_error>([&] { (void)bmm<P>(Tensor<float>(Shape{2, 3, 4}), Tensor<float>(Shape{3, 5, 2})); },
+                            {"precis::bmm", "[2, 3, 4]", "[3, 5, 2]"});
+}
+
+}  // namespace
