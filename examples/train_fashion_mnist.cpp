@@ -63,16 +63,89 @@ namespace pol = precis::policy;
 namespace {
 
 const std::vector<std::string> all_policies = {"32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "bf16-true+sr", "16-true"};
+const std::vector<std::string> all_models = {"mlp", "cnn", "vit"};
+
+// ---- the three models; each maps a batch of flattened images [B, 784] to logits [B, 10] ----------
+
+/// MLP 784-256-128-10 with ReLU.
+template <class P>
+struct Mlp : nn::MLP<P> {
+  static constexpr const char* description = "MLP 784-256-128-10 (ReLU)";
+  explicit Mlp(std::uint64_t seed) : nn::MLP<P>({784, 256, 128, 10}, nn::activation::relu, seed) {}
+};
+
+/// Two blocks of 3x3 convolution (padding 1), ReLU and 2x2 max pooling (1 -> 16 -> 32 channels,
+/// 28x28 -> 14x14 -> 7x7), then a linear head on the 1568 features.
+template <class P>
+struct Cnn : nn::Module<P> {
+  static constexpr const char* description = "CNN conv3x3(16)-relu-maxpool-conv3x3(32)-relu-maxpool-linear(10)";
+  explicit Cnn(std::uint64_t seed) {
+    const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
+    conv1_ = &this->register_module("conv1", std::make_unique<nn::Conv2d<P>>(1, 16, std::array<index_t, 2>{3, 3}, same, seed));
+    conv2_ = &this->register_module("conv2", std::make_unique<nn::Conv2d<P>>(16, 32, std::array<index_t, 2>{3, 3}, same, seed + 1));
+    head_ = &this->register_module("head", std::make_unique<nn::Linear<P>>(32 * 7 * 7, 10, seed + 2));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    const index_t b = x.shape()[0];
+    const auto h1 = max_pool2d(relu((*conv1_)(reshape(x, Shape{b, 1, 28, 28}))));
+    const auto h2 = max_pool2d(relu((*conv2_)(h1)));
+    return (*head_)(reshape(h2, Shape{b, 32 * 7 * 7}));
+  }
+
+ private:
+  nn::Conv2d<P>* conv1_;
+  nn::Conv2d<P>* conv2_;
+  nn::Linear<P>* head_;
+};
+
+/// A small vision transformer: 7x7 patches (a stride-7 convolution) -> 16 tokens of width 64,
+/// plus a learned position embedding; 2 pre-LN blocks of 4 heads with a GELU MLP of width 128;
+/// a final layer norm, the mean over tokens, and a linear head.
+template <class P>
+struct Vit : nn::Module<P> {
+  static constexpr const char* description = "ViT 7x7 patches, 16 tokens, width 64, 2 pre-LN blocks, 4 heads, MLP 128";
+  explicit Vit(std::uint64_t seed) {
+    patch_ = &this->register_module("patch", std::make_unique<nn::Conv2d<P>>(1, 64, std::array<index_t, 2>{7, 7},
+                                                                            conv2d_options{{7, 7}, {0, 0}, {1, 1}, 1}, seed));
+    pos_ = &this->register_parameter("position", Shape{16, 64});
+    fill_uniform(pos_->value.view(), -0.02, 0.02, seed + 1);
+    for (std::size_t i = 0; i < 2; ++i) {
+      blocks_[i] = &this->register_module("block" + std::to_string(i),
+                                          std::make_unique<nn::TransformerBlock<P>>(64, 4, 2, seed + 10 * (i + 1)));
+    }
+    norm_ = &this->register_module("norm", std::make_unique<nn::LayerNorm<P>>(64));
+    head_ = &this->register_module("head", std::make_unique<nn::Linear<P>>(64, 10, seed + 50));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    const index_t b = x.shape()[0];
+    Tape<P>& t = x.tape();
+    const auto patches = (*patch_)(reshape(x, Shape{b, 1, 28, 28}));                 // [B, 64, 4, 4]
+    const auto tokens = permute(reshape(patches, Shape{b, 64, 16}), Shape{0, 2, 1});  // [B, 16, 64]
+    const auto h = (*blocks_[1])((*blocks_[0])(add(tokens, t.param(*pos_))));
+    return (*head_)(mean((*norm_)(h), 1));
+  }
+
+ private:
+  nn::Conv2d<P>* patch_;
+  typename nn::Module<P>::parameter* pos_;
+  std::array<nn::TransformerBlock<P>*, 2> blocks_{};
+  nn::LayerNorm<P>* norm_;
+  nn::Linear<P>* head_;
+};
 
 struct settings {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string out = "build/demo";
-  int epochs = 12;
+  int epochs = 0;  // 0: each model's default
+  bool full = false;
+  std::vector<std::string> models = all_models;
   index_t batch = 128;
   double lr = 0.05;
   int threads = 0;
   std::uint64_t seed = 1;
-  std::vector<std::string> policies = all_policies;
+  std::vector<std::string> policies;  // empty: each model's default
   bool distributed = false, compress_bf16 = false;
 };
 
@@ -88,7 +161,8 @@ struct cluster {
 constexpr int hist_lo = -40, hist_hi = 0;
 
 struct result {
-  std::string policy;
+  std::string model, policy;
+  int epochs = 0;
   double test_accuracy = 0, final_loss = 0, seconds_per_epoch = 0, memory_mib = 0, scale = 1;
   std::int64_t skipped = 0, steps = 0;
   double flushed = 0, zeros = 0;
@@ -163,8 +237,8 @@ void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::ve
 
 /// The weight gradients of `net`'s current weights on batch (x, y), computed in fp32: for a
 /// policy whose gradients are fp16 without scaling, what its own gradients would have been.
-template <class P, class S>
-std::vector<float> fp32_weight_gradients(nn::Module<P>& net, nn::MLP<pol::named<"32-true">>& shadow, const Tensor<S>& x,
+template <class P, class Shadow, class S>
+std::vector<float> fp32_weight_gradients(nn::Module<P>& net, Shadow& shadow, const Tensor<S>& x,
                                          const std::vector<std::int64_t>& y) {
   using F = pol::named<"32-true">;
   std::vector<nn::Parameter<float, float>*> dst;
@@ -186,14 +260,14 @@ std::vector<float> fp32_weight_gradients(nn::Module<P>& net, nn::MLP<pol::named<
   return g;
 }
 
-template <class P, class Scaler>
+template <template <class> class Model, class P, class Scaler>
 result train(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
-             const cluster& cl, Scaler scaler, optim::update_rounding how) {
+             const cluster& cl, Scaler scaler, optim::update_rounding how, int epochs) {
   using S = typename P::param_type;
   result r;
   r.policy = name;
   r.hist.assign(hist_hi - hist_lo + 1, 0);
-  nn::MLP<P> net({784, 256, 128, 10}, nn::activation::relu, st.seed);
+  Model<P> net(st.seed);
   typename optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler>::options o;
   o.rounding = how;
   o.seed = st.seed;
@@ -211,7 +285,7 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   const index_t local = st.batch / cl.size, first_row = local * cl.rank;
   const index_t n = tr.images.shape()[0], steps_per_epoch = n / st.batch;
   const index_t curve_every = std::max<index_t>(1, steps_per_epoch / 10);
-  const index_t total_steps = steps_per_epoch * st.epochs;
+  const index_t total_steps = steps_per_epoch * epochs;
   Tensor<float> staging(Shape{local, 784});
   Tensor<S> xb(Shape{local, 784});
   std::vector<std::int64_t> yb(static_cast<std::size_t>(local));
@@ -223,10 +297,10 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   // the same step recomputed in fp32
   constexpr bool measure_against_fp32 =
       std::is_same_v<typename P::grad_type, half> && std::is_same_v<Scaler, optim::NoLossScaler>;
-  nn::MLP<pol::named<"32-true">> shadow({784, 256, 128, 10}, nn::activation::relu, st.seed);
-  progress bar(name, st.epochs, cl.rank != 0);
+  Model<pol::named<"32-true">> shadow(st.seed);
+  progress bar(name, epochs, cl.rank != 0);
   double seconds = 0;
-  for (int e = 0; e < st.epochs; ++e) {
+  for (int e = 0; e < epochs; ++e) {
     // a fresh permutation every epoch, the same for every policy
     for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[gen() % (i + 1)]);
     const auto t0 = std::chrono::steady_clock::now();
@@ -275,7 +349,8 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
 #endif
     bar.epoch_done(e, r.final_loss, secs);
   }
-  r.seconds_per_epoch = seconds / st.epochs;
+  r.seconds_per_epoch = seconds / epochs;
+  r.epochs = epochs;
   r.skipped = opt.scaler().state().skipped;
   r.scale = opt.loss_scale();
   r.flushed /= static_cast<double>(r.sampled);
@@ -314,25 +389,64 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   return r;
 }
 
-result run(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
-           const cluster& cl) {
+template <template <class> class Model>
+result run_model(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
+                 const cluster& cl, int epochs) {
   using optim::update_rounding;
   using optim::NoLossScaler;
-  if (name == "32-true") return train<pol::named<"32-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
-  if (name == "64-true") return train<pol::named<"64-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-mixed") return train<pol::named<"bf16-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
-  if (name == "16-mixed") return train<pol::named<"16-mixed">>(name, tr, te, st, cl, optim::DynamicLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-true") return train<pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
-  if (name == "bf16-true+sr") return train<pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::stochastic);
-  return train<pol::named<"16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest);
+  if (name == "32-true") return train<Model, pol::named<"32-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "64-true") return train<Model, pol::named<"64-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "bf16-mixed") return train<Model, pol::named<"bf16-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "16-mixed") return train<Model, pol::named<"16-mixed">>(name, tr, te, st, cl, optim::DynamicLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "bf16-true") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "bf16-true+sr") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::stochastic, epochs);
+  return train<Model, pol::named<"16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+}
+
+/// The policies and epochs a model runs with: --policies and --epochs when given; otherwise
+/// the MLP runs every policy for 12 epochs, and the CNN and the ViT, whose emulated 16-bit
+/// '-true' arithmetic costs 5-10x (docs/demo.md), run 32-true, bf16-mixed and 16-mixed for
+/// fewer epochs (--full: every policy, more epochs).
+struct plan {
+  std::vector<std::string> policies;
+  int epochs;
+};
+plan plan_for(const std::string& model, const settings& st) {
+  plan p;
+  if (model == "mlp") p = {all_policies, 12};
+  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 8 : 3};
+  else p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 15 : 5};
+  if (st.full) p.policies = all_policies;
+  if (!st.policies.empty()) p.policies = st.policies;
+  if (st.epochs > 0) p.epochs = st.epochs;
+  return p;
+}
+
+const char* description(const std::string& model) {
+  if (model == "mlp") return Mlp<pol::named<"32-true">>::description;
+  if (model == "cnn") return Cnn<pol::named<"32-true">>::description;
+  return Vit<pol::named<"32-true">>::description;
+}
+
+result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
+           const settings& st, const cluster& cl, int epochs) {
+  result r = model == "mlp"   ? run_model<Mlp>(name, tr, te, st, cl, epochs)
+             : model == "cnn" ? run_model<Cnn>(name, tr, te, st, cl, epochs)
+                              : run_model<Vit>(name, tr, te, st, cl, epochs);
+  r.model = model;
+  return r;
 }
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "train_fashion_mnist: %s\n"
-               "usage: train_fashion_mnist [--data DIR] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
-               "                           [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
-               "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n",
+               "usage: train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
+               "                           [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
+               "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
+               "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n"
+               "  default: the MLP under every policy for 12 epochs; the CNN (3 epochs) and the ViT (5 epochs) under\n"
+               "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy, the CNN for 8 and the\n"
+               "  ViT for 15 epochs\n",
                why.c_str());
   std::exit(2);
 }
@@ -361,6 +475,10 @@ settings parse(int argc, char** argv) {
       st.compress_bf16 = true;
       continue;
     }
+    if (flag == "--full") {
+      st.full = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string v = argv[++i];
     if (flag == "--data") st.data = v;
@@ -378,6 +496,14 @@ settings parse(int argc, char** argv) {
         st.policies.push_back(p);
       }
       if (st.policies.empty()) usage("--policies is empty");
+    } else if (flag == "--models") {
+      st.models.clear();
+      std::stringstream ss(v);
+      for (std::string m; std::getline(ss, m, ',');) {
+        if (std::find(all_models.begin(), all_models.end(), m) == all_models.end()) usage("unknown model \"" + m + "\"");
+        st.models.push_back(m);
+      }
+      if (st.models.empty()) usage("--models is empty");
     } else {
       usage("unknown flag " + flag);
     }
@@ -393,13 +519,18 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   std::ofstream j(json_path), c(csv_path);
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
   j.precision(9);
-  j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"epochs\": " << st.epochs << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
-    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"threads\": " << st.threads << ", \"model\": \"MLP 784-256-128-10 ReLU\"},\n"
+  j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
+    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"threads\": " << st.threads << "},\n  \"models\": {";
+  for (std::size_t k = 0; k < st.models.size(); ++k) {
+    j << (k ? ", " : "") << json_string(st.models[k]) << ": " << json_string(description(st.models[k]));
+  }
+  j << "},\n"
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
-  c << "policy,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
+  c << "model,policy,epochs,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const result& r = rows[k];
-    j << "    {\"policy\": " << json_string(r.policy) << ", \"test_accuracy\": " << r.test_accuracy << ", \"final_train_loss\": " << r.final_loss
+    j << "    {\"model\": " << json_string(r.model) << ", \"policy\": " << json_string(r.policy) << ", \"epochs\": " << r.epochs
+      << ", \"test_accuracy\": " << r.test_accuracy << ", \"final_train_loss\": " << r.final_loss
       << ", \"seconds_per_epoch\": " << r.seconds_per_epoch << ", \"memory_mib\": " << r.memory_mib << ", \"skipped_steps\": " << r.skipped
       << ", \"final_loss_scale\": " << r.scale << ", \"fp16_flushed_grads\": " << r.flushed << ", \"zero_grads\": " << r.zeros
       << ", \"steps\": " << r.steps << ", \"gradient_values_sampled\": " << r.sampled << ",\n     \"curve\": [";
@@ -407,7 +538,7 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
     j << "],\n     \"histogram\": [";
     for (std::size_t i = 0; i < r.hist.size(); ++i) j << (i ? ", " : "") << r.hist[i];
     j << "]}" << (k + 1 < rows.size() ? "," : "") << "\n";
-    c << r.policy << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
+    c << r.model << "," << r.policy << "," << r.epochs << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
       << r.scale << "," << r.flushed << "," << r.zeros << "\n";
   }
   j << "  ]\n}\n";
@@ -442,22 +573,36 @@ int main(int argc, char** argv) {
     const auto tr = data::read_fashion_mnist(st.data, true);
     const auto te = data::read_fashion_mnist(st.data, false);
     if (cl.rank == 0) {
-      std::printf("Fashion-MNIST: %lld training / %lld test images. MLP 784-256-128-10 (ReLU), cross-entropy,\n"
-                  "SGD (lr %g, momentum 0.9), batch %lld, %d epochs, seed %llu",
+      std::printf("Fashion-MNIST: %lld training / %lld test images; cross-entropy, SGD (lr %g, momentum 0.9, cosine decay),\n"
+                  "batch %lld, seed %llu",
                   static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), st.lr,
-                  static_cast<long long>(st.batch), st.epochs, static_cast<unsigned long long>(st.seed));
+                  static_cast<long long>(st.batch), static_cast<unsigned long long>(st.seed));
       if (cl.size > 1) std::printf(", %d ranks of %lld rows each", cl.size, static_cast<long long>(st.batch / cl.size));
-      std::printf(".\n\n");
+      std::printf(".\n");
+      for (const auto& m : st.models) {
+        const plan pl = plan_for(m, st);
+        std::string ps;
+        for (const auto& p : pl.policies) ps += (ps.empty() ? "" : ", ") + p;
+        std::printf("  %s: %s; %d epochs under %s\n", m.c_str(), description(m), pl.epochs, ps.c_str());
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
     std::vector<result> rows;
-    for (const auto& p : st.policies) rows.push_back(run(p, tr, te, st, cl));
+    for (const auto& m : st.models) {
+      const plan pl = plan_for(m, st);
+      for (const auto& p : pl.policies) rows.push_back(run(m, p, tr, te, st, cl, pl.epochs));
+    }
     if (cl.rank != 0) return 0;
-    std::printf("| policy | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    for (const auto& r : rows) {
-      std::printf("| %s | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f |\n", r.policy.c_str(), r.test_accuracy, r.final_loss,
-                  r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
+    for (const auto& m : st.models) {
+      std::printf("\n%s (%s)\n\n", m.c_str(), description(m));
+      std::printf("| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      for (const auto& r : rows) {
+        if (r.model != m) continue;
+        std::printf("| %s | %d | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f |\n", r.policy.c_str(), r.epochs, r.test_accuracy,
+                    r.final_loss, r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
+      }
     }
     write_outputs(st, cl.size, rows);
   } catch (const data::data_error& e) {

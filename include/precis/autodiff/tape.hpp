@@ -51,6 +51,17 @@ struct identity {
 };
 }  // namespace detail
 
+/// A precision policy (policy::true_, mixed, fp8_mixed, strict, or a user's own): what a tape
+/// and its values are parameterized on. Var<P, S> with anything else is not a type, so the
+/// tape's op overloads drop out of overload sets of tensor functions called with explicit
+/// template arguments (sum<float, float>(x)).
+template <class P>
+concept precision_policy = requires {
+  typename P::param_type;
+  typename P::activation_type;
+  typename P::grad_type;
+};
+
 /// Storage of the gradient of a value stored as S under policy P: the policy's gradient type
 /// for activation-typed values (e5m2 under fp8-mixed), S itself otherwise.
 template <class P, class S>
@@ -60,6 +71,7 @@ using grad_storage_t =
 /// A handle to a value recorded on a Tape<P>, stored as S. Cheap to copy (a pointer and two
 /// integers); valid until the tape's next reset().
 template <class P, class S>
+  requires precision_policy<P>
 class Var {
  public:
   using policy_type = P;

@@ -10,7 +10,9 @@
 //   net.zero_grad(); tape.reset();
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <span>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -168,6 +170,171 @@ class LayerNorm : public Module<P> {
   typename Module<P>::parameter* gamma_;
   typename Module<P>::parameter* beta_;
   double eps_;
+};
+
+/// 2-D convolution over [N, C, H, W]: weight [out, in / groups, kh, kw] (Kaiming uniform),
+/// bias [out] (zeros).
+template <class P>
+class Conv2d : public Module<P> {
+ public:
+  Conv2d(index_t in, index_t out, std::array<index_t, 2> kernel, const conv2d_options& o, std::uint64_t seed, bool bias = true)
+      : o_(o) {
+    if (in <= 0 || out <= 0 || o.groups <= 0 || in % o.groups != 0 || out % o.groups != 0 || kernel[0] <= 0 || kernel[1] <= 0) {
+      throw invalid_argument("precis::nn::Conv2d: in = " + std::to_string(in) + ", out = " + std::to_string(out) +
+                             ", groups = " + std::to_string(o.groups) + ", kernel " + std::to_string(kernel[0]) + "x" +
+                             std::to_string(kernel[1]) + "; expected positive sizes with channels divisible by groups");
+    }
+    weight_ = &this->register_parameter("weight", Shape{out, in / o.groups, kernel[0], kernel[1]});
+    bias_ = bias ? &this->register_parameter("bias", Shape{out}) : nullptr;
+    kaiming_uniform(weight_->value.view(), in / o.groups * kernel[0] * kernel[1], seed);
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    Tape<P>& t = x.tape();
+    if (bias_ == nullptr) return conv2d(x, t.param(*weight_), o_);
+    return conv2d(x, t.param(*weight_), t.param(*bias_), o_);
+  }
+
+ private:
+  conv2d_options o_;
+  typename Module<P>::parameter* weight_ = nullptr;
+  typename Module<P>::parameter* bias_ = nullptr;
+};
+
+/// Batch normalization over the channels of [N, C, ...]: scale (ones) and shift (zeros) are
+/// parameters; the running mean and variance (in double) are state, updated in training mode
+/// and used in evaluation mode (train(false)).
+template <class P>
+class BatchNorm2d : public Module<P> {
+ public:
+  explicit BatchNorm2d(index_t channels, double momentum = 0.1, double eps = 1e-5)
+      : gamma_(&this->register_parameter("weight", Shape{channels})),
+        beta_(&this->register_parameter("bias", Shape{channels})),
+        mean_(static_cast<std::size_t>(channels), 0.0),
+        var_(static_cast<std::size_t>(channels), 1.0),
+        momentum_(momentum),
+        eps_(eps) {
+    std::fill(gamma_->value.begin(), gamma_->value.end(), typename P::param_type(1));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    Tape<P>& t = x.tape();
+    return batch_norm(x, t.param(*gamma_), t.param(*beta_), {training_, momentum_, eps_, mean_.data(), var_.data()});
+  }
+  void train(bool on) { training_ = on; }
+  bool training() const { return training_; }
+  const std::vector<double>& running_mean() const { return mean_; }
+  const std::vector<double>& running_var() const { return var_; }
+
+ private:
+  typename Module<P>::parameter* gamma_;
+  typename Module<P>::parameter* beta_;
+  std::vector<double> mean_, var_;
+  double momentum_, eps_;
+  bool training_ = true;
+};
+
+/// A table of `count` vectors of width `dim` (uniform in [-1, 1] / sqrt(dim)), looked up by index.
+template <class P>
+class Embedding : public Module<P> {
+ public:
+  Embedding(index_t count, index_t dim, std::uint64_t seed) : weight_(&this->register_parameter("weight", Shape{count, dim})) {
+    fill_uniform(weight_->value.view(), -1.0 / std::sqrt(static_cast<double>(dim)), 1.0 / std::sqrt(static_cast<double>(dim)), seed);
+  }
+  /// Rows at `indices` (row-major, of shape index_shape) -> [index_shape..., dim].
+  auto operator()(Tape<P>& t, std::span<const std::int64_t> indices, const Shape& index_shape) {
+    return embedding(t.param(*weight_), indices, index_shape);
+  }
+  typename Module<P>::parameter& weight() { return *weight_; }
+
+ private:
+  typename Module<P>::parameter* weight_;
+};
+
+/// Inverted dropout; each call draws a new mask (the call counter is the RNG's offset), the
+/// same for any thread count. Identity when p == 0 or in evaluation mode.
+template <class P>
+class Dropout : public Module<P> {
+ public:
+  explicit Dropout(double p, std::uint64_t seed) : p_(p), seed_(seed) {
+    if (!(p >= 0 && p < 1)) throw invalid_argument("precis::nn::Dropout: p = " + std::to_string(p) + "; expected 0 <= p < 1");
+  }
+  template <class S>
+  Var<P, S> operator()(const Var<P, S>& x) {
+    if (!training_ || p_ == 0) return x;
+    return dropout(x, {p_, seed_, calls_++, true});
+  }
+  void train(bool on) { training_ = on; }
+
+ private:
+  double p_;
+  std::uint64_t seed_, calls_ = 0;
+  bool training_ = true;
+};
+
+/// Multi-head self-attention over x [B, T, D]: q, k, v projections, `heads` heads of D / heads,
+/// fused scaled dot-product attention (softmax in the policy's wide type), output projection.
+template <class P>
+class MultiHeadAttention : public Module<P> {
+ public:
+  MultiHeadAttention(index_t dim, index_t heads, std::uint64_t seed) : dim_(dim), heads_(heads) {
+    if (dim <= 0 || heads <= 0 || dim % heads != 0) {
+      throw invalid_argument("precis::nn::MultiHeadAttention: dim = " + std::to_string(dim) + ", heads = " +
+                             std::to_string(heads) + "; expected positive sizes with dim divisible by heads");
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+      proj_[i] = &this->register_module(std::string(1, "qkvo"[i]), std::make_unique<Linear<P>>(dim, dim, seed + 7 * i, true,
+                                                                                              init::xavier_uniform));
+    }
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x, bool causal = false) {
+    const Shape& xs = x.shape();
+    if (xs.rank() != 3 || xs[2] != dim_) {
+      throw shape_error("precis::nn::MultiHeadAttention: input " + xs.str() + "; expected [batch, tokens, " +
+                        std::to_string(dim_) + "]");
+    }
+    const index_t b = xs[0], t = xs[1], dh = dim_ / heads_;
+    const auto flat = reshape(x, Shape{b * t, dim_});
+    const auto split = [&](std::size_t i) { return permute(reshape((*proj_[i])(flat), Shape{b, t, heads_, dh}), Shape{0, 2, 1, 3}); };
+    const auto o = attention(split(0), split(1), split(2), {causal, 0});
+    const auto merged = reshape(permute(o, Shape{0, 2, 1, 3}), Shape{b * t, dim_});
+    return reshape((*proj_[3])(merged), Shape{b, t, dim_});
+  }
+
+ private:
+  index_t dim_, heads_;
+  std::array<Linear<P>*, 4> proj_{};
+};
+
+/// A pre-LN transformer block: x + attn(ln(x)), then x + mlp(ln(x)) with a GELU (tanh) MLP of
+/// hidden width mlp_ratio * dim.
+template <class P>
+class TransformerBlock : public Module<P> {
+ public:
+  TransformerBlock(index_t dim, index_t heads, index_t mlp_ratio, std::uint64_t seed)
+      : ln1_(&this->register_module("ln1", std::make_unique<LayerNorm<P>>(dim))),
+        attn_(&this->register_module("attn", std::make_unique<MultiHeadAttention<P>>(dim, heads, seed))),
+        ln2_(&this->register_module("ln2", std::make_unique<LayerNorm<P>>(dim))),
+        fc1_(&this->register_module("fc1", std::make_unique<Linear<P>>(dim, mlp_ratio * dim, seed + 100))),
+        fc2_(&this->register_module("fc2", std::make_unique<Linear<P>>(mlp_ratio * dim, dim, seed + 200, true,
+                                                                        init::xavier_uniform))),
+        dim_(dim) {}
+  template <class S>
+  auto operator()(const Var<P, S>& x, bool causal = false) {
+    const Shape xs = x.shape();
+    const auto h = add(x, (*attn_)((*ln1_)(x), causal));
+    const auto m = (*fc2_)(gelu_tanh((*fc1_)(reshape((*ln2_)(h), Shape{xs[0] * xs[1], dim_}))));
+    return add(h, reshape(m, xs));
+  }
+
+ private:
+  LayerNorm<P>* ln1_;
+  MultiHeadAttention<P>* attn_;
+  LayerNorm<P>* ln2_;
+  Linear<P>* fc1_;
+  Linear<P>* fc2_;
+  index_t dim_;
 };
 
 enum class activation { relu, gelu, tanh };
