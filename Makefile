@@ -23,10 +23,10 @@ demo:
 bench:
 	tools/deps.sh bench
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON
-	cmake --build --preset release -j $(JOBS) --target bench_convert bench_gemm bench_elementwise bench_reduce bench_tape bench_optimizer \
+	cmake --build --preset release -j $(JOBS) --target bench_convert bench_gemm bench_elementwise bench_reduce bench_tape bench_optimizer bench_ops \
 	  $$(grep -q '^MPIEXEC_EXECUTABLE:FILEPATH=/' build/release/CMakeCache.txt && echo bench_allreduce)
 	mkdir -p build/bench
-	for b in convert gemm elementwise reduce tape optimizer; do \
+	for b in convert gemm elementwise reduce tape optimizer ops; do \
 	  ./build/release/bench/perf/bench_$$b --benchmark_repetitions=5 \
 	    --benchmark_report_aggregates_only=true --benchmark_format=json > build/bench/$$b.json || exit 1; \
 	done
