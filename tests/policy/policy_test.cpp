@@ -29,7 +29,11 @@ const std::map<std::string, pol::safety>& documented_classes() {
       {"minimum", promote}, {"where", promote}, {"cat", promote},
       {"neg", neutral}, {"abs", neutral}, {"relu", neutral}, {"sqrt", neutral}, {"tanh", neutral},
       {"sigmoid", neutral}, {"gelu", neutral}, {"max", neutral}, {"min", neutral}, {"reshape", neutral},
-      {"transpose", neutral}, {"slice", neutral}};
+      {"transpose", neutral}, {"slice", neutral},
+      // the op layer's ops
+      {"bmm", low_precision_safe}, {"conv2d", low_precision_safe}, {"attention", low_precision_safe},
+      {"embedding", low_precision_safe}, {"batch_norm", needs_wide}, {"avg_pool2d", needs_wide}, {"dropout", promote},
+      {"gelu_tanh", neutral}, {"silu", neutral}, {"max_pool2d", neutral}, {"masked_fill", neutral}, {"permute", neutral}};
   return m;
 }
 
