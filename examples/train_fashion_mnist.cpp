@@ -414,7 +414,7 @@ struct plan {
 plan plan_for(const std::string& model, const settings& st) {
   plan p;
   if (model == "mlp") p = {all_policies, 12};
-  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 8 : 3};
+  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 8 : 5};
   else p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 15 : 5};
   if (st.full) p.policies = all_policies;
   if (!st.policies.empty()) p.policies = st.policies;
@@ -444,7 +444,7 @@ result run(const std::string& model, const std::string& name, const data::labell
                "                           [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n"
-               "  default: the MLP under every policy for 12 epochs; the CNN (3 epochs) and the ViT (5 epochs) under\n"
+               "  default: the MLP under every policy for 12 epochs; the CNN (5 epochs) and the ViT (5 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy, the CNN for 8 and the\n"
                "  ViT for 15 epochs\n",
                why.c_str());
