@@ -18,10 +18,10 @@ struct softplus : precis::op::def<precis::policy::safety::needs_wide> {
 
   static precis::Shape shape(const attrs&, const precis::Shape& x) { return x; }
 
-  /// y = log1p(e^-|x|) + max(x, 0), stable for large |x|, in the arithmetic type of T::compute.
+  /// y = log1p(e^-|x|) + max(x, 0), stable for large |x|, in T::arithmetic (fp32 for 16-bit storage).
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx&, const attrs&, const precis::TensorView<O>& y, saved<T>&, const precis::TensorView<const X>& x) {
-    using A = precis::default_compute_t<typename T::compute>;
+    using A = typename T::arithmetic;
     precis::map_into<A>("my::softplus", y, [](const A& v) {
       using std::exp;
       using std::log;
@@ -36,7 +36,7 @@ struct softplus : precis::op::def<precis::policy::safety::needs_wide> {
                        const precis::TensorView<const O>&, const std::tuple<precis::TensorView<const X>>& x,
                        const std::tuple<precis::TensorView<GX>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;  // the input needs no gradient
-    using A = precis::default_compute_t<typename T::compute>;
+    using A = typename T::arithmetic;
     precis::map_into<A>("my::softplus", std::get<0>(gx), [](const A& acc, const A& g, const A& v) {
       using std::exp;
       return A(acc + g / (A(1) + exp(-v)));
@@ -66,8 +66,9 @@ bool check(const char* name) {
   o.finite_differences = o.check_rules = std::is_same_v<P, precis::policy::true_<double>>;
   const auto r = precis::gradcheck<P>([](auto&, const auto& p) { return sum(mul(my::softplus_of(p[0]), p[1])); }, {x, c}, o);
   using T = precis::policy::op_types<P, my::softplus, typename P::param_type>;
-  std::printf("%-11s softplus computes in %-8s gradcheck error %.2e (tolerance %.2e) -> %s\n", name,
-              std::string(precis::format_traits<typename T::compute>::name).c_str(), r.worst(), r.tolerance,
+  std::printf("%-11s softplus stores %-8s arithmetic %-8s gradcheck error %.2e (tolerance %.2e) -> %s\n", name,
+              std::string(precis::format_traits<typename T::storage>::name).c_str(),
+              std::string(precis::format_traits<typename T::arithmetic>::name).c_str(), r.worst(), r.tolerance,
               r.passed() ? "passed" : "FAILED");
   return r.passed();
 }

@@ -21,8 +21,9 @@ struct my_policy : pol::mixed<precis::half> {
 /// ... and its matmul accumulates in double (one entry of the table, by specialization).
 template <class In>
 struct precis::policy::op_types<my_policy, precis::op::matmul, In, In> {
-  using compute = precis::half;
-  using accumulate = double;
+  using storage = precis::half;
+  using arithmetic = float;
+  using accumulator = double;
   using output = precis::half;
 };
 
@@ -43,7 +44,7 @@ void run() {
   using Loss = precis::storage_of<decltype(loss)>;
   std::printf("%-16s hidden stored as %-8s loss %.6f (in %s)\n", P::name().c_str(),
               std::string(precis::format_traits<H>::name).c_str(),
-              precis::detail::load<double>(loss.data()[0]), std::string(precis::format_traits<Loss>::name).c_str());
+              precis::load<double>(loss.data()[0]), std::string(precis::format_traits<Loss>::name).c_str());
 }
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 // Prints the precision-policy tables of docs/policies.md from the policy types themselves:
-// every op x every named policy -> compute / accumulate / output type, the policies' training
+// every op x every named policy -> storage / arithmetic / accumulator / output type, the policies' training
 // types, and the op-safety table with its reasons.
 //   policy_table                 print the generated block
 //   policy_table --write FILE    replace the block between the markers in FILE
@@ -45,7 +45,7 @@ std::string generate() {
         << " | " << (P::needs_loss_scaling ? (P::per_tensor_scaling ? "yes, per tensor" : "yes") : "no") << " |\n";
   });
   out << "\n### Every op under every named policy\n\nInputs stored as the policy's parameter type; each cell is "
-         "compute / accumulate / output.\n\n| op | class |";
+         "storage / arithmetic / accumulator / output.\n\n| op | class |";
   for_each_named([&]<class P>(const char* name, const char*) { out << " " << name << " |"; });
   out << "\n|---|---|";
   for_each_named([&]<class P>(const char*, const char*) { out << "---|"; });
@@ -55,8 +55,8 @@ std::string generate() {
     for_each_named([&]<class P>(const char*, const char*) {
       using L = typename P::param_type;
       using T = pol::op_types<P, Op, L>;
-      out << " " << n<typename T::compute>() << " / " << n<typename T::accumulate>() << " / "
-          << n<typename T::output>() << " |";
+      out << " " << n<typename T::storage>() << " / " << n<typename T::arithmetic>() << " / "
+          << n<typename T::accumulator>() << " / " << n<typename T::output>() << " |";
     });
     out << "\n";
   });

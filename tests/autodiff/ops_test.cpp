@@ -190,7 +190,7 @@ void expect_conv_matches(const conv2d_options& o, const Shape& xs, const Shape& 
   // accumulation of K + 1 terms in the accumulator, then one rounding to the output storage
   using T = pol::op_types<P, op::conv2d, S, S, S>;
   const double k = static_cast<double>(ws[1] * ws[2] * ws[3] + 1);
-  const double tol_acc = bounds::gamma(k, unit_roundoff<typename T::accumulate>());
+  const double tol_acc = bounds::gamma(k, unit_roundoff<typename T::accumulator>());
   const double u_out = unit_roundoff<typename T::output>();
   for (index_t i = 0; i < y.size(); ++i) {
     const double got = detail::load<double>(detail::load<default_compute_t<typename T::output>>(y.data()[i]));
@@ -304,23 +304,36 @@ TEST(OpLayerReference, AttentionMatchesDefinition) {
 
 // ---- one list of ops -------------------------------------------------------------------------
 
+/// An op definition: its policy entry, its attributes and its typed saved state. The tape front
+/// end (record<Op>) and the eager one (ops<P>::call<Op>, evaluate<P, Op>) are generic over
+/// definitions, so an op that is one is on the tape and eager alike.
 template <class Op>
-concept layer_definition = requires {
-  Op::name;
-  Op::reason;
+concept op_definition = requires {
+  { Op::name } -> std::convertible_to<std::string_view>;
+  { Op::reason } -> std::convertible_to<std::string_view>;
   Op::safety_class;
   typename Op::attrs;
+  typename Op::template saved<pol::op_types<pol::named<"32-true">, Op, float>>;
 };
 
-TEST(OpLayerRegistry, TableTapeAndEagerListTheSameOps) {
-  std::set<std::string> table, layer;
-  op::all::for_each([&]<class Op>() { EXPECT_TRUE(table.insert(std::string(Op::name)).second) << Op::name << " twice"; });
-  op::layer::for_each([&]<class Op>() {
-    static_assert(layer_definition<Op>);
-    layer.insert(std::string(Op::name));
-    EXPECT_TRUE(table.count(std::string(Op::name))) << Op::name << " is defined but not in the policy table";
+TEST(OpLayerRegistry, TheTableListsEveryOpOnceAndEachIsADefinition) {
+  std::set<std::string> table;
+  op::all::for_each([&]<class Op>() {
+    static_assert(op_definition<Op>);
+    static_assert(std::is_trivially_destructible_v<typename Op::attrs>, "attrs live in the tape's arena");
+    EXPECT_TRUE(table.insert(std::string(Op::name)).second) << Op::name << " twice";
+    EXPECT_FALSE(Op::reason.empty()) << Op::name;
   });
-  EXPECT_EQ(layer.size(), op::layer::size);
+  EXPECT_EQ(table.size(), op::all::size);
+  // the front ends named after an op reach that op: a few of each kind, eager and taped
+  using P = pol::named<"32-true">;
+  const Tensor<float> x = Tensor<float>::full(Shape{2, 3}, 0.5f);
+  EXPECT_FLOAT_EQ(ops<P>::sum(x).data()[0], 3.0f);
+  EXPECT_FLOAT_EQ(ops<P>::call<op::sum>({0, true}, x).data()[0], 3.0f);
+  Tape<P> t;
+  const auto v = t.input(x.view());
+  EXPECT_FLOAT_EQ(sum(v).value().data()[0], 3.0f);
+  EXPECT_FLOAT_EQ(record<op::sum>({0, true}, v).value().data()[0], 3.0f);
 }
 
 TEST(OpLayerRegistry, EagerAndTapeAgree) {

@@ -37,33 +37,38 @@ const std::map<std::string, pol::safety>& documented_classes() {
   return m;
 }
 
-/// Expected (compute, accumulate, output) for an op of class c under a policy whose
-/// parameters are stored as Low and whose wide type is High, inputs stored as Low.
-template <class Low, class High, class T>
+/// Expected (storage, arithmetic, accumulator, output) for an op of class c under a policy
+/// whose parameters are stored as Low (element-wise arithmetic LowArith) and whose wide type is
+/// High, inputs stored as Low.
+template <class Low, class LowArith, class High, class T>
 void expect_types(pol::safety c, const std::string& what) {
-  using C = typename T::compute;
-  using A = typename T::accumulate;
+  using S = typename T::storage;
+  using R = typename T::arithmetic;
+  using A = typename T::accumulator;
   using O = typename T::output;
   switch (c) {
     case pol::safety::low_precision_safe:
-      EXPECT_TRUE((std::is_same_v<C, Low> && std::is_same_v<A, High> && std::is_same_v<O, Low>)) << what;
+      EXPECT_TRUE((std::is_same_v<S, Low> && std::is_same_v<R, LowArith> && std::is_same_v<A, High> &&
+                   std::is_same_v<O, Low>)) << what;
       break;
-    case pol::safety::needs_wide:
-      EXPECT_TRUE((std::is_same_v<C, High> && std::is_same_v<A, High> && std::is_same_v<O, High>)) << what;
+    case pol::safety::needs_wide:  // High is at least fp32 or the policy's own type: its own arithmetic
+      EXPECT_TRUE((std::is_same_v<S, High> && std::is_same_v<R, default_compute_t<High>> && std::is_same_v<A, High> &&
+                   std::is_same_v<O, High>)) << what;
       break;
-    default:
-      EXPECT_TRUE((std::is_same_v<C, Low> && std::is_same_v<A, Low> && std::is_same_v<O, Low>)) << what;
+    default:  // promote, neutral: no sum in the forward; the backward's broadcast sums in LowArith
+      EXPECT_TRUE((std::is_same_v<S, Low> && std::is_same_v<R, LowArith> && std::is_same_v<A, LowArith> &&
+                   std::is_same_v<O, Low>)) << what;
   }
 }
 
-template <class P, class Low, class High>
+template <class P, class Low, class LowArith, class High>
 void expect_policy() {
   int seen = 0;
   op::all::for_each([&]<class Op>() {
     const std::string name(Op::name);
     ASSERT_TRUE(documented_classes().count(name)) << name << " is not documented";
     EXPECT_EQ(Op::safety_class, documented_classes().at(name)) << name;
-    expect_types<Low, High, pol::op_types<P, Op, Low>>(documented_classes().at(name), P::name() + " " + name);
+    expect_types<Low, LowArith, High, pol::op_types<P, Op, Low>>(documented_classes().at(name), P::name() + " " + name);
     ++seen;
   });
   EXPECT_EQ(seen, static_cast<int>(documented_classes().size()));
@@ -72,13 +77,14 @@ void expect_policy() {
 }  // namespace
 
 TEST(Policy, NamedPoliciesResolveEveryOpToTheDocumentedTypes) {
-  expect_policy<pol::named<"16-mixed">, half, float>();
-  expect_policy<pol::named<"bf16-mixed">, bfloat16, float>();
-  expect_policy<pol::named<"fp8-mixed">, float8_e4m3, float>();
-  expect_policy<pol::named<"16-true">, half, half>();
-  expect_policy<pol::named<"bf16-true">, bfloat16, bfloat16>();
-  expect_policy<pol::named<"32-true">, float, float>();
-  expect_policy<pol::named<"64-true">, double, double>();
+  // policy, storage of parameters, their arithmetic, the wide type
+  expect_policy<pol::named<"16-mixed">, half, float, float>();
+  expect_policy<pol::named<"bf16-mixed">, bfloat16, float, float>();
+  expect_policy<pol::named<"fp8-mixed">, float8_e4m3, float, float>();
+  expect_policy<pol::named<"16-true">, half, float, half>();
+  expect_policy<pol::named<"bf16-true">, bfloat16, float, bfloat16>();
+  expect_policy<pol::named<"32-true">, float, float, float>();
+  expect_policy<pol::named<"64-true">, double, double, double>();
 }
 
 TEST(Policy, NamesAliasesAndTrainingTypes) {
@@ -102,9 +108,9 @@ TEST(Policy, NamesAliasesAndTrainingTypes) {
   static_assert(std::is_same_v<pol::named<"fp8-mixed">::grad_type, float8_e5m2>);
   static_assert(std::is_same_v<pol::named<"bf16-true">::master_type, bfloat16>);
   // inputs are never narrowed by needs-wide ops, and promote ops take the widest input
-  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::exp, double>::compute, double>);
-  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::add, half, float>::compute, float>);
-  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::matmul, float, float>::compute, half>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::exp, double>::storage, double>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::add, half, float>::storage, float>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::matmul, float, float>::storage, half>);
 }
 
 TEST(Policy, DispatchFromARuntimeName) {
@@ -250,15 +256,16 @@ struct gelu_wide_policy : pol::mixed<half> {
 /// ... and one entry of it changed by specialization: matmul accumulates in double.
 template <class In>
 struct precis::policy::op_types<gelu_wide_policy, precis::op::matmul, In, In> {
-  using compute = half;
-  using accumulate = double;
+  using storage = half;
+  using arithmetic = float;
+  using accumulator = double;
   using output = half;
 };
 
 TEST(Policy, UserExtensionByInheritanceAndSpecialization) {
   static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::gelu, half>::output, float>);
   static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::relu, half>::output, half>);
-  static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::matmul, half, half>::accumulate, double>);
+  static_assert(std::is_same_v<pol::op_types<gelu_wide_policy, op::matmul, half, half>::accumulator, double>);
   const auto g = ops<gelu_wide_policy>::gelu(filled<half>({2}, 1.0));
   static_assert(std::is_same_v<storage_of<decltype(g)>, float>);
   EXPECT_NEAR(value(g), 0.8413447460685429, 1e-6);  // 1 * Phi(1)

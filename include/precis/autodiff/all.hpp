@@ -3,6 +3,5 @@
 #pragma once
 
 #include "precis/autodiff/arena.hpp"
-#include "precis/autodiff/ops.hpp"
 #include "precis/autodiff/tape.hpp"
 #include "precis/ops/all.hpp"

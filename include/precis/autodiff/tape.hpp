@@ -1,7 +1,7 @@
-// precis::Tape<Policy>: a reverse-mode tape over tensors. Ops on Var handles (autodiff/ops.hpp)
+// precis::Tape<Policy>: a reverse-mode tape over tensors. Ops on Var handles (precis/ops/)
 // compute their value in the types the policy gives (policy::op_types), store it in the arena
-// in its output storage type, and append one node: a backward function pointer plus the ids
-// of its operands. backward() walks the nodes in reverse.
+// in its output storage type, and append one node: a backward function pointer and the op's
+// typed state (attributes, operand ids, saved values). backward() walks the nodes in reverse.
 //
 //   precis::Tape<precis::policy::named<"bf16-mixed">> tape;
 //   auto w = tape.param(W.value, W.grad);         // gradients accumulate into W.grad
@@ -156,16 +156,12 @@ class Tape {
     bool contiguous = false;     // strides are the row-major ones
   };
 
-  /// One recorded op: its backward function, its output and operands, and what it saved.
+  /// One recorded op: its backward function, its output, and its typed state in the arena
+  /// (the op's attributes, its inputs' ids and what its forward saved; precis/ops/op.hpp).
   struct Node {
     using backward_fn = void (*)(Tape&, const Node&);
     backward_fn backward = nullptr;
     std::uint32_t out = 0;
-    std::array<std::uint32_t, 3> in{};
-    std::array<const void*, 3> aux{};
-    std::array<index_t, 3> iarg{};
-    double darg = 0;
-    /// An op-layer op's typed saved state (precis/ops/op.hpp), in the arena.
     const void* state = nullptr;
   };
 
@@ -313,7 +309,7 @@ class Tape {
   const Arena& arena() const noexcept { return arena_; }
   const Arena& scratch_arena() const noexcept { return scratch_; }
 
-  // ---- for op implementations (autodiff/ops.hpp and user-defined ops) ------------------------
+  // ---- for op implementations (precis/ops/op.hpp) ----------------------------------------------
 
   /// A new contiguous value of `shape` in the arena (uninitialized). It requires a gradient if
   /// requires_grad and gradients are enabled.

@@ -1,11 +1,5 @@
-// Every op of the op layer (precis/ops/): conv2d and pooling, batch norm and embedding, batched
-// matmul and attention, dropout, where and masked_fill, max/min/argmax, silu, gelu_tanh, permute.
+// The op layer (precis/ops/): every op, each defined once with its policy entry, forward and
+// backward, its tape front end (Var arguments) and the eager calls ops<P>::name(tensors).
 #pragma once
 
-#include "precis/ops/attention.hpp"
-#include "precis/ops/batch_norm.hpp"
-#include "precis/ops/conv.hpp"
-#include "precis/ops/elementwise.hpp"
-#include "precis/ops/linalg.hpp"
-#include "precis/ops/op.hpp"
-#include "precis/ops/reduce.hpp"
+#include "precis/ops/eager.hpp"

@@ -29,8 +29,8 @@ struct attention : def<policy::safety::low_precision_safe> {
   };
   template <class T>
   struct saved {
-    TensorView<const typename T::compute> q, k, v;
-    TensorView<const typename T::accumulate> p;  // the probabilities [..., Tq, Tk]
+    TensorView<const typename T::storage> q, k, v;
+    TensorView<const typename T::accumulator> p;  // the probabilities [..., Tq, Tk]
   };
 
   static Shape shape(const attrs& a, const Shape& q, const Shape& k, const Shape& v) {
@@ -52,8 +52,8 @@ struct attention : def<policy::safety::low_precision_safe> {
   }
 
   template <class T>
-  static typename T::accumulate scale_of(const attrs& a, index_t d) {
-    using Acc = typename T::accumulate;
+  static typename T::accumulator scale_of(const attrs& a, index_t d) {
+    using Acc = typename T::accumulator;
     using std::sqrt;
     return a.scale > 0 ? Acc(a.scale) : Acc(Acc(1) / Acc(sqrt(Acc(static_cast<double>(d)))));
   }
@@ -61,8 +61,8 @@ struct attention : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class Q, class K, class V>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const Q>& q,
                       const TensorView<const K>& k, const TensorView<const V>& v) {
-    using L = typename T::compute;
-    using Acc = typename T::accumulate;
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
     sv.q = ctx.template as<L>(q, true);
     sv.k = ctx.template as<L>(k, true);
     sv.v = ctx.template as<L>(v, true);
@@ -106,8 +106,8 @@ struct attention : def<policy::safety::low_precision_safe> {
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const Q>, TensorView<const K>, TensorView<const V>>&,
                        const std::tuple<TensorView<GQ>, TensorView<GK>, TensorView<GV>>& gx) {
-    using L = typename T::compute;
-    using Acc = typename T::accumulate;
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
     const auto& [gq, gk, gv] = gx;
     const int r = sv.q.rank();
     const index_t tq = sv.q.shape()[r - 2], tk = sv.k.shape()[r - 2];

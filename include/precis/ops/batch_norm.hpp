@@ -27,7 +27,7 @@ struct batch_norm : def<policy::safety::needs_wide> {
   };
   template <class T>
   struct saved {
-    const typename T::accumulate* stats = nullptr;  // per channel: mean, 1 / sqrt(var + eps)
+    const typename T::accumulator* stats = nullptr;  // per channel: mean, 1 / sqrt(var + eps)
   };
 
   static Shape shape(const attrs& a, const Shape& x, const Shape& g, const Shape& b) {
@@ -54,8 +54,8 @@ struct batch_norm : def<policy::safety::needs_wide> {
   template <class T, class Ctx, class O, class X, class Gm, class Bt>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
                       const TensorView<const Gm>& gamma, const TensorView<const Bt>& beta) {
-    using Acc = detail::ad::arith_t<typename T::accumulate>;
-    static_assert(std::is_same_v<Acc, typename T::accumulate>, "batch_norm accumulates in an arithmetic type");
+    using Acc = detail::ad::arith_t<typename T::accumulator>;
+    static_assert(std::is_same_v<Acc, typename T::accumulator>, "batch_norm accumulates in an arithmetic type");
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c), m = n * s;
     auto* stats = (ctx.saving() ? ctx.template keep<Acc>(Shape{2 * c}) : ctx.template temp<Acc>(Shape{2 * c})).data();
@@ -100,7 +100,7 @@ struct batch_norm : def<policy::safety::needs_wide> {
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>, TensorView<const Gm>, TensorView<const Bt>>& in,
                        const std::tuple<TensorView<GX>, TensorView<GG>, TensorView<GB>>& gx) {
-    using Acc = typename T::accumulate;
+    using Acc = typename T::accumulator;
     const auto& [dx, dgamma, dbeta] = gx;
     const auto xc = ctx.template as<detail::remove_const_t<X>>(std::get<0>(in), false);
     const auto& gamma = std::get<1>(in);
@@ -189,7 +189,7 @@ struct embedding : def<policy::safety::low_precision_safe> {
                        const std::tuple<TensorView<const W>>&, const std::tuple<TensorView<GW>>& gx) {
     const auto& gw = std::get<0>(gx);
     if (gw.data() == nullptr) return;
-    using Acc = typename T::accumulate;
+    using Acc = typename T::accumulator;
     const index_t n = a.index_shape.numel(), d = gw.shape()[1];
     const auto acc = ctx.template zeros<Acc>(gw.shape());
     for (index_t i = 0; i < n; ++i) {

@@ -114,7 +114,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
   };
   template <class T>
   struct saved {
-    TensorView<const typename T::compute> x, w;
+    TensorView<const typename T::storage> x, w;
   };
 
   static conv_detail::geometry geometry_of(const attrs& a, const Shape& x, const Shape& w) {
@@ -151,8 +151,8 @@ struct conv2d : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class X, class W, class... B>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
                       const TensorView<const W>& w, const TensorView<const B>&... bias) {
-    using L = typename T::compute;
-    using Acc = typename T::accumulate;
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
     sv.x = ctx.template as<L>(x, true);
     sv.w = ctx.template as<L>(w, true);
     const auto g = geometry_of(a, x.shape(), w.shape());
@@ -184,8 +184,8 @@ struct conv2d : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class G, class O, class... X, class... GX>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>...>&, const std::tuple<TensorView<GX>...>& gx) {
-    using L = typename T::compute;
-    using Acc = typename T::accumulate;
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
     const auto& gxv = std::get<0>(gx);
     const auto& gwv = std::get<1>(gx);
     const bool want_x = gxv.data() != nullptr, want_w = gwv.data() != nullptr;
@@ -317,7 +317,7 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     const auto& d = std::get<0>(gx);
     if (d.data() == nullptr) return;
-    using R = detail::ad::arith_t<typename T::accumulate>;
+    using R = detail::ad::arith_t<typename T::accumulator>;
     const auto g = geometry_of(a, d.shape());
     const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
     for (index_t pl = 0; pl < g.n * g.c; ++pl)
@@ -341,7 +341,7 @@ struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    using R = detail::ad::arith_t<typename T::accumulate>;
+    using R = detail::ad::arith_t<typename T::accumulator>;
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     const auto g = geometry_of(a, x.shape());
     const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
@@ -367,7 +367,7 @@ struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     const auto& d = std::get<0>(gx);
     if (d.data() == nullptr) return;
-    using R = detail::ad::arith_t<typename T::accumulate>;
+    using R = detail::ad::arith_t<typename T::accumulator>;
     const auto g = geometry_of(a, d.shape());
     const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
     const auto acc = ctx.template zeros<R>(d.shape());

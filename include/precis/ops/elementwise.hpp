@@ -1,4 +1,6 @@
-// Element-wise ops of the op layer: silu, gelu_tanh, dropout, where, masked_fill.
+// Element-wise ops of the op layer: the unary functions (neg, abs, relu, exp, log, sqrt, rsqrt,
+// reciprocal, tanh, sigmoid, gelu, gelu_tanh, silu), the broadcasting binary ones (add, sub, mul,
+// div, pow, maximum, minimum), dropout, where, masked_fill.
 #pragma once
 
 #include "precis/config.hpp"
@@ -25,19 +27,125 @@ struct unary_def : def<S> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    map_into<detail::ad::arith_t<typename T::compute>>(detail::ad::name_of<Op>(), y, Fwd{}, x);
+    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, x);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy,
                        const TensorView<const O>& y, const std::tuple<TensorView<const X>>& x,
                        const std::tuple<TensorView<GX>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
-    detail::ad::accumulate<detail::ad::arith_t<typename T::compute>>(detail::ad::name_of<Op>(), std::get<0>(gx), D{}, gy,
+    detail::ad::accumulate<typename T::arithmetic>(detail::ad::name_of<Op>(), std::get<0>(gx), D{}, gy,
                                                                       std::get<0>(x), y);
   }
 };
 
+/// A binary element-wise op with NumPy broadcasting, from a forward functor f(a, b) and the
+/// derivative functors da(g, a, b, y) = g df/da and db(g, a, b, y) = g df/db, evaluated in the
+/// op's arithmetic type. A broadcast operand's gradient is summed over the broadcast axes in
+/// the accumulator.
+template <class Op, policy::safety S, class Fwd, class DA, class DB>
+struct binary_def : def<S> {
+  using attrs = typename def<S>::attrs;
+  template <class T>
+  using saved = typename def<S>::template saved<T>;
+
+  static Shape shape(const attrs&, const Shape& a, const Shape& b) {
+    return broadcast_shapes(a, b, detail::ad::name_of<Op>());
+  }
+
+  template <class T, class Ctx, class O, class A, class B>
+  static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const A>& a,
+                      const TensorView<const B>& b) {
+    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, a, b);
+  }
+  template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy,
+                       const TensorView<const O>& y, const std::tuple<TensorView<const A>, TensorView<const B>>& x,
+                       const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
+    using R = typename T::arithmetic;
+    using Acc = typename T::accumulator;
+    const char* name = detail::ad::name_of<Op>();
+    const auto& a = std::get<0>(x);
+    const auto& b = std::get<1>(x);
+    const auto one = [&](const auto& g, auto d) {
+      if (g.data() == nullptr) return;
+      if (g.shape() == gy.shape()) {
+        detail::ad::accumulate<R>(name, g, d, gy, a, b, y);
+        return;
+      }
+      const auto full = ctx.template temp<Acc>(gy.shape());
+      map_into<R>(name, full, d, gy, a, b, y);
+      const auto red = ctx.template temp<Acc>(g.shape());
+      detail::ad::sum_to_shape<Acc>(red, full.as_const());
+      op::cpu::add_into<R>(name, g, red.as_const());
+    };
+    one(std::get<0>(gx), DA{});
+    one(std::get<1>(gx), DB{});
+  }
+};
+
 namespace fn_ {
+// derivative functors: (g, x, y) for unary ops, (g, a, b, y) for binary ones
+struct d_neg { template <class T> T operator()(const T& g, const T&, const T&) const { return -g; } };
+struct d_abs {
+  template <class T> T operator()(const T& g, const T& x, const T&) const {
+    return x > T(0) ? g : (x < T(0) ? T(-g) : T(0));
+  }
+};
+struct d_relu { template <class T> T operator()(const T& g, const T& x, const T&) const { return x > T(0) ? g : T(0); } };
+struct d_exp { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * y; } };
+struct d_log { template <class T> T operator()(const T& g, const T& x, const T&) const { return g / x; } };
+struct d_sqrt { template <class T> T operator()(const T& g, const T&, const T& y) const { return g / (T(2) * y); } };
+struct d_rsqrt { template <class T> T operator()(const T& g, const T&, const T& y) const { return T(-0.5) * g * y * y * y; } };
+struct d_reciprocal { template <class T> T operator()(const T& g, const T&, const T& y) const { return -g * y * y; } };
+struct d_tanh { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * (T(1) - y * y); } };
+struct d_sigmoid { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * y * (T(1) - y); } };
+/// d/dx x Phi(x) = Phi(x) + x phi(x).
+struct d_gelu {
+  template <class T> T operator()(const T& g, const T& x, const T&) const {
+    using std::acos;
+    using std::erf;
+    using std::exp;
+    using std::sqrt;
+    const T cdf = T(0.5) * (T(1) + T(erf(x / sqrt(T(2)))));
+    const T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(acos(T(-1))));  // pi in T's own precision
+    return g * (cdf + x * pdf);
+  }
+};
+struct reciprocal { template <class T> T operator()(const T& a) const { return T(1) / a; } };
+
+struct d_add_a { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return g; } };
+struct d_sub_b { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return -g; } };
+struct d_mul_a { template <class T> T operator()(const T& g, const T&, const T& b, const T&) const { return g * b; } };
+struct d_mul_b { template <class T> T operator()(const T& g, const T& a, const T&, const T&) const { return g * a; } };
+struct d_div_a { template <class T> T operator()(const T& g, const T&, const T& b, const T&) const { return g / b; } };
+struct d_div_b { template <class T> T operator()(const T& g, const T&, const T& b, const T& y) const { return -g * y / b; } };
+/// d/da a^b = b a^(b-1).
+struct d_pow_a {
+  template <class T> T operator()(const T& g, const T& a, const T& b, const T&) const {
+    using std::pow;
+    return b == T(0) ? T(0) : T(g * b * pow(a, T(b - T(1))));
+  }
+};
+/// d/db a^b = a^b log a, taken as 0 where a == 0 and b >= 0 (as PyTorch does).
+struct d_pow_b {
+  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+    using std::log;
+    return (a == T(0) && b >= T(0)) ? T(0) : T(g * y * log(a));
+  }
+};
+/// maximum/minimum: the gradient goes to the selected operand, split evenly on ties.
+struct d_pick_a {
+  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+    return a == b ? T(g / T(2)) : (a == y ? g : T(0));
+  }
+};
+struct d_pick_b {
+  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+    return a == b ? T(g / T(2)) : (b == y ? g : T(0));
+  }
+};
+
 /// x sigmoid(x).
 struct silu {
   template <class T>
@@ -81,6 +189,91 @@ struct d_gelu_tanh {
 };
 }  // namespace fn_
 
+// ---- needs wide: overflow thresholds and underflow ---------------------------------------------
+struct exp : unary_def<exp, policy::safety::needs_wide, fn::exp, fn_::d_exp> {
+  static constexpr std::string_view name = "exp";
+  static constexpr std::string_view reason =
+      "overflows fp16 for x > 11.09 (e^11.09 = 65504) and flushes to 0 for x < -17.33 (half of 2^-24)";
+};
+struct log : unary_def<log, policy::safety::needs_wide, fn::log, fn_::d_log> {
+  static constexpr std::string_view name = "log";
+  static constexpr std::string_view reason =
+      "log(1 + d) is about d: near x = 1 an fp16 input keeps only its rounding error; the derivative 1/x "
+      "overflows fp16 for |x| < 1/65504";
+};
+struct pow : binary_def<pow, policy::safety::needs_wide, fn::pow, fn_::d_pow_a, fn_::d_pow_b> {
+  static constexpr std::string_view name = "pow";
+  static constexpr std::string_view reason = "x^y leaves fp16's range for modest arguments (2^16 > 65504, 10^5 > 65504)";
+};
+struct reciprocal : unary_def<reciprocal, policy::safety::needs_wide, fn_::reciprocal, fn_::d_reciprocal> {
+  static constexpr std::string_view name = "reciprocal";
+  static constexpr std::string_view reason =
+      "1/x overflows fp16 for |x| < 2^-16, which are ordinary fp16 values (the normal range starts at 2^-14 "
+      "and subnormals reach 2^-24)";
+};
+struct rsqrt : unary_def<rsqrt, policy::safety::needs_wide, fn::rsqrt, fn_::d_rsqrt> {
+  static constexpr std::string_view name = "rsqrt";
+  static constexpr std::string_view reason =
+      "applied to variances (+ eps): the usual eps = 1e-5 is below fp16's smallest normal 2^-14 and keeps "
+      "only 4 significant bits there";
+};
+
+// ---- promote: one rounding in the widest input type ------------------------------------------
+struct add : binary_def<add, policy::safety::promote, fn::add, fn_::d_add_a, fn_::d_add_a> {
+  static constexpr std::string_view name = "add";
+  static constexpr std::string_view reason =
+      "one rounding of two values; mixed inputs promote so neither is narrowed (range: the inputs' own)";
+};
+struct sub : binary_def<sub, policy::safety::promote, fn::sub, fn_::d_add_a, fn_::d_sub_b> {
+  static constexpr std::string_view name = "sub";
+  static constexpr std::string_view reason = "as add";
+};
+struct mul : binary_def<mul, policy::safety::promote, fn::mul, fn_::d_mul_a, fn_::d_mul_b> {
+  static constexpr std::string_view name = "mul";
+  static constexpr std::string_view reason = "one rounding of a product; mixed inputs promote";
+};
+struct div : binary_def<div, policy::safety::promote, fn::div, fn_::d_div_a, fn_::d_div_b> {
+  static constexpr std::string_view name = "div";
+  static constexpr std::string_view reason = "one rounding of a quotient; mixed inputs promote";
+};
+struct maximum : binary_def<maximum, policy::safety::promote, fn::max, fn_::d_pick_a, fn_::d_pick_b> {
+  static constexpr std::string_view name = "maximum";
+  static constexpr std::string_view reason = "element-wise max of two tensors: exact selection in the widest input type";
+};
+struct minimum : binary_def<minimum, policy::safety::promote, fn::min, fn_::d_pick_a, fn_::d_pick_b> {
+  static constexpr std::string_view name = "minimum";
+  static constexpr std::string_view reason = "as maximum";
+};
+
+// ---- neutral: exact, or bounded so no overflow ------------------------------------------------
+struct neg : unary_def<neg, policy::safety::neutral, fn::neg, fn_::d_neg> {
+  static constexpr std::string_view name = "neg";
+  static constexpr std::string_view reason = "exact in any format";
+};
+struct abs : unary_def<abs, policy::safety::neutral, fn::abs, fn_::d_abs> {
+  static constexpr std::string_view name = "abs";
+  static constexpr std::string_view reason = "exact in any format";
+};
+struct relu : unary_def<relu, policy::safety::neutral, fn::relu, fn_::d_relu> {
+  static constexpr std::string_view name = "relu";
+  static constexpr std::string_view reason = "max(x, 0): exact";
+};
+struct sqrt : unary_def<sqrt, policy::safety::neutral, fn::sqrt, fn_::d_sqrt> {
+  static constexpr std::string_view name = "sqrt";
+  static constexpr std::string_view reason = "halves the exponent: cannot overflow or underflow; one rounding";
+};
+struct tanh : unary_def<tanh, policy::safety::neutral, fn::tanh, fn_::d_tanh> {
+  static constexpr std::string_view name = "tanh";
+  static constexpr std::string_view reason = "bounded by 1: no overflow; one rounding";
+};
+struct sigmoid : unary_def<sigmoid, policy::safety::neutral, fn::sigmoid, fn_::d_sigmoid> {
+  static constexpr std::string_view name = "sigmoid";
+  static constexpr std::string_view reason = "bounded in [0, 1]: no overflow; one rounding";
+};
+struct gelu : unary_def<gelu, policy::safety::neutral, fn::gelu, fn_::d_gelu> {
+  static constexpr std::string_view name = "gelu";
+  static constexpr std::string_view reason = "|gelu(x)| <= |x|: no overflow beyond the input's; one rounding";
+};
 struct silu : unary_def<silu, policy::safety::neutral, fn_::silu, fn_::d_silu> {
   static constexpr std::string_view name = "silu";
   static constexpr std::string_view reason = "x sigmoid(x): |silu(x)| <= |x|, no overflow beyond the input's; one rounding";
@@ -146,14 +339,14 @@ struct dropout : def<policy::safety::promote> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    using A = detail::ad::arith_t<typename T::compute>;
+    using A = typename T::arithmetic;
     masked<A>(a, y, [](const A&, const A& m, const A& v) { return A(v * m); }, x);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
-    using A = detail::ad::arith_t<typename T::compute>;
+    using A = typename T::arithmetic;
     masked<A>(a, std::get<0>(gx), [](const A& acc, const A& m, const A& g) { return A(acc + g * m); }, gy);
   }
 };
@@ -183,14 +376,14 @@ struct where : def<policy::safety::promote> {
   template <class T, class Ctx, class O, class C, class A, class B>
   static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const C>& c,
                       const TensorView<const A>& a, const TensorView<const B>& b) {
-    using R = detail::ad::arith_t<typename T::compute>;
+    using R = typename T::arithmetic;
     map_into<R>("precis::where", y, [](const R& cv, const R& av, const R& bv) { return cv != R(0) ? av : bv; }, c, a, b);
   }
   template <class T, class Ctx, class G, class O, class C, class A, class B, class GC, class GA, class GB>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const C>, TensorView<const A>, TensorView<const B>>& x,
                        const std::tuple<TensorView<GC>, TensorView<GA>, TensorView<GB>>& gx) {
-    using R = detail::ad::arith_t<typename T::compute>;
+    using R = typename T::arithmetic;
     const auto& c = std::get<0>(x);
     const auto pick = [&](const auto& g, bool first) {
       if (g.data() == nullptr) return;
@@ -231,7 +424,7 @@ struct masked_fill : def<policy::safety::neutral> {
   template <class T, class Ctx, class O, class X, class M>
   static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x,
                       const TensorView<const M>& m) {
-    using R = detail::ad::arith_t<typename T::compute>;
+    using R = typename T::arithmetic;
     const R v = detail::load<R>(a.value);
     map_into<R>("precis::masked_fill", y, [v](const R& xv, const R& mv) { return mv != R(0) ? v : xv; }, x, m);
   }
@@ -240,7 +433,7 @@ struct masked_fill : def<policy::safety::neutral> {
                        const std::tuple<TensorView<const X>, TensorView<const M>>& x,
                        const std::tuple<TensorView<GX>, TensorView<GM>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
-    using R = detail::ad::arith_t<typename T::compute>;
+    using R = typename T::arithmetic;
     detail::ad::accumulate<R>("precis::masked_fill", std::get<0>(gx),
                               [](const R& g, const R& mv) { return mv != R(0) ? R(0) : g; }, gy, std::get<1>(x));
   }
@@ -249,6 +442,60 @@ struct masked_fill : def<policy::safety::neutral> {
 }  // namespace precis::op
 
 namespace precis {
+
+// ---- front ends: Var arguments record on their tape; ops<P> (ops/eager.hpp) calls them eagerly
+
+template <class P, class S>
+auto neg(const Var<P, S>& x) { return record<op::neg>({}, x); }
+template <class P, class S>
+auto abs(const Var<P, S>& x) { return record<op::abs>({}, x); }
+template <class P, class S>
+auto relu(const Var<P, S>& x) { return record<op::relu>({}, x); }
+template <class P, class S>
+auto exp(const Var<P, S>& x) { return record<op::exp>({}, x); }
+template <class P, class S>
+auto log(const Var<P, S>& x) { return record<op::log>({}, x); }
+template <class P, class S>
+auto sqrt(const Var<P, S>& x) { return record<op::sqrt>({}, x); }
+template <class P, class S>
+auto rsqrt(const Var<P, S>& x) { return record<op::rsqrt>({}, x); }
+template <class P, class S>
+auto reciprocal(const Var<P, S>& x) { return record<op::reciprocal>({}, x); }
+template <class P, class S>
+auto tanh(const Var<P, S>& x) { return record<op::tanh>({}, x); }
+template <class P, class S>
+auto sigmoid(const Var<P, S>& x) { return record<op::sigmoid>({}, x); }
+/// The exact GELU, x Phi(x).
+template <class P, class S>
+auto gelu(const Var<P, S>& x) { return record<op::gelu>({}, x); }
+
+/// Element-wise with NumPy broadcasting; the gradient of a broadcast operand is summed over the
+/// broadcast axes in the op's accumulator.
+template <class P, class SA, class SB>
+auto add(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::add>({}, a, b); }
+template <class P, class SA, class SB>
+auto sub(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::sub>({}, a, b); }
+template <class P, class SA, class SB>
+auto mul(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::mul>({}, a, b); }
+template <class P, class SA, class SB>
+auto div(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::div>({}, a, b); }
+template <class P, class SA, class SB>
+auto pow(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::pow>({}, a, b); }
+template <class P, class SA, class SB>
+auto maximum(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::maximum>({}, a, b); }
+template <class P, class SA, class SB>
+auto minimum(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::minimum>({}, a, b); }
+
+template <class P, class SA, class SB>
+auto operator+(const Var<P, SA>& a, const Var<P, SB>& b) { return add(a, b); }
+template <class P, class SA, class SB>
+auto operator-(const Var<P, SA>& a, const Var<P, SB>& b) { return sub(a, b); }
+template <class P, class SA, class SB>
+auto operator*(const Var<P, SA>& a, const Var<P, SB>& b) { return mul(a, b); }
+template <class P, class SA, class SB>
+auto operator/(const Var<P, SA>& a, const Var<P, SB>& b) { return div(a, b); }
+template <class P, class S>
+auto operator-(const Var<P, S>& a) { return neg(a); }
 
 /// x sigmoid(x) (SiLU, swish).
 template <class P, class S>

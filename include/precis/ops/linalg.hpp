@@ -1,4 +1,5 @@
-// Ops of the op layer that move or multiply whole matrices: permute (a view), batched matmul.
+// Ops of the op layer that multiply or reorder matrices: matmul, linear, batched matmul,
+// permute (a view).
 #pragma once
 
 #include "precis/config.hpp"
@@ -64,8 +65,112 @@ struct permute : def<policy::safety::neutral> {
   }
 };
 
+/// a [m, k] times b [k, n]: both read in the op's storage type (a wider input is rounded once
+/// and the rounded copy kept for the backward), products accumulated in its accumulator.
+struct matmul : def<policy::safety::low_precision_safe> {
+  static constexpr std::string_view name = "matmul";
+  static constexpr std::string_view reason =
+      "a product of two fp16/bf16/fp8 values is exact in fp32, so the error comes from the accumulator "
+      "alone: gamma_K(u_acc) (block-FMA bound, numerics case 9); a wide accumulator makes K harmless";
+  template <class T>
+  struct saved {
+    TensorView<const typename T::storage> a, b;
+  };
+
+  static Shape shape(const attrs&, const Shape& a, const Shape& b) {
+    if (a.rank() != 2 || b.rank() != 2 || a[1] != b[0]) {
+      throw shape_error("precis::matmul: A " + a.str() + " times B " + b.str() + "; expected [m, k] and [k, n]");
+    }
+    return Shape{a[0], b[1]};
+  }
+  template <class T, class Ctx, class O, class A, class B>
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const A>& a,
+                      const TensorView<const B>& b) {
+    using L = typename T::storage;
+    sv.a = ctx.template as<L>(a, true);
+    sv.b = ctx.template as<L>(b, true);
+    ctx.template gemm<typename T::accumulator>(y, sv.a, sv.b, false);
+  }
+  template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy,
+                       const TensorView<const O>&, const std::tuple<TensorView<const A>, TensorView<const B>>&,
+                       const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
+    using Acc = typename T::accumulator;
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), gy, sv.b.transpose(), true);
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), sv.a.transpose(), gy, true);
+  }
+};
+
+/// x W^T (+ bias) for x [batch, in], W [out, in], bias [out]: a matmul whose bias is added in
+/// the accumulator before the one rounding to the output type.
+struct linear : def<policy::safety::low_precision_safe> {
+  static constexpr std::string_view name = "linear";
+  static constexpr std::string_view reason = "x W^T + b: a matmul; the bias is added in the accumulator before the one rounding";
+  template <class T>
+  struct saved {
+    TensorView<const typename T::storage> x, w;
+  };
+
+  template <class... B>
+  static Shape shape(const attrs&, const Shape& x, const Shape& w, const B&... bias) {
+    bool ok = x.rank() == 2 && w.rank() == 2 && x[1] == w[1];
+    ((ok = ok && bias.rank() == 1 && bias[0] == w[0]), ...);
+    if (!ok) {
+      std::string b;
+      ((b = ", bias " + bias.str()), ...);
+      throw shape_error("precis::linear: x " + x.str() + ", W " + w.str() + b + "; expected [batch, in], [out, in]" +
+                        (sizeof...(B) ? ", [out]" : ""));
+    }
+    return Shape{x[0], w[0]};
+  }
+  template <class T, class Ctx, class O, class X, class W, class... B>
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
+                      const TensorView<const W>& w, const TensorView<const B>&... bias) {
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
+    sv.x = ctx.template as<L>(x, true);
+    sv.w = ctx.template as<L>(w, true);
+    if constexpr (sizeof...(B) == 0) {
+      ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false);
+    } else {
+      const auto acc = [&] {
+        if constexpr (std::is_same_v<O, Acc>) return y;
+        else return ctx.template temp<Acc>(y.shape());
+      }();
+      map_into<default_compute_t<Acc>>("precis::linear", acc, [](const auto& v) { return v; }, bias...);  // broadcast
+      ctx.gemm(acc, sv.x, sv.w.transpose(), true);
+      if constexpr (!std::is_same_v<O, Acc>) ctx.copy(acc.as_const(), y);
+    }
+  }
+  template <class T, class Ctx, class G, class O, class... X, class... GX>
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy,
+                       const TensorView<const O>&, const std::tuple<TensorView<const X>...>&,
+                       const std::tuple<TensorView<GX>...>& gx) {
+    using Acc = typename T::accumulator;
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), gy, sv.w, true);
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), gy.transpose(), sv.x, true);
+    if constexpr (sizeof...(GX) == 3) {
+      const auto& gb = std::get<2>(gx);
+      if (gb.data() == nullptr) return;
+      // the bias: column sums of g, row by row in Acc
+      const index_t rows = gy.shape()[0], cols = gy.shape()[1];
+      const auto col = ctx.template zeros<Acc>(Shape{cols});
+      std::array<Acc, detail::chunk> buf;
+      for (index_t i = 0; i < rows; ++i) {
+        for (index_t c0 = 0; c0 < cols; c0 += detail::chunk) {
+          const index_t len = std::min(detail::chunk, cols - c0);
+          const Acc* v = detail::load_run<Acc>(gy.data() + i * gy.strides()[0] + c0 * gy.strides()[1], len,
+                                               gy.strides()[1], buf.data());
+          for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
+        }
+      }
+      op::cpu::add_into<default_compute_t<Acc>>("precis::linear", gb, col.as_const());
+    }
+  }
+};
+
 /// Batched matrix product a [..., m, k] b [..., k, n] -> [..., m, n]; the batch axes broadcast
-/// (NumPy's matmul rule). Both operands are rounded to the policy's compute type and their
+/// (NumPy's matmul rule). Both operands are read in the policy's storage type and their
 /// products accumulated in its accumulator, as for matmul.
 struct bmm : def<policy::safety::low_precision_safe> {
   static constexpr std::string_view name = "bmm";
@@ -73,7 +178,7 @@ struct bmm : def<policy::safety::low_precision_safe> {
       "a batch of matmuls: each product is exact in fp32 and only the wide accumulator rounds";
   template <class T>
   struct saved {
-    TensorView<const typename T::compute> a, b;
+    TensorView<const typename T::storage> a, b;
   };
 
   static Shape shape(const attrs&, const Shape& a, const Shape& b) {
@@ -90,8 +195,8 @@ struct bmm : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class A, class B>
   static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const A>& a,
                       const TensorView<const B>& b) {
-    using L = typename T::compute;
-    using Acc = typename T::accumulate;
+    using L = typename T::storage;
+    using Acc = typename T::accumulator;
     sv.a = ctx.template as<L>(a, true);
     sv.b = ctx.template as<L>(b, true);
     const Shape yb = detail::ad::batch_of(y.shape()), ab = detail::ad::batch_of(a.shape()), bb = detail::ad::batch_of(b.shape());
@@ -109,7 +214,7 @@ struct bmm : def<policy::safety::low_precision_safe> {
   static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const A>, TensorView<const B>>&,
                        const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
-    using Acc = typename T::accumulate;
+    using Acc = typename T::accumulator;
     const Shape yb = detail::ad::batch_of(gy.shape());
     // each gradient is summed over the batch (and its broadcast axes) in Acc, rounded once
     const auto grad = [&](const auto& g, const Shape& own, auto product) {
@@ -132,6 +237,16 @@ struct bmm : def<policy::safety::low_precision_safe> {
 }  // namespace precis::op
 
 namespace precis {
+
+/// a [m, k] times b [k, n] (op::matmul).
+template <class P, class SA, class SB>
+auto matmul(const Var<P, SA>& a, const Var<P, SB>& b) { return record<op::matmul>({}, a, b); }
+/// x W^T + bias for x [batch, in], W [out, in], bias [out] (op::linear).
+template <class P, class SX, class SW, class SB>
+auto linear(const Var<P, SX>& x, const Var<P, SW>& w, const Var<P, SB>& bias) { return record<op::linear>({}, x, w, bias); }
+/// x W^T without a bias.
+template <class P, class SX, class SW>
+auto linear(const Var<P, SX>& x, const Var<P, SW>& w) { return record<op::linear>({}, x, w); }
 
 /// Axes reordered: axis i of the result is axis perm[i] of x (a view).
 template <class P, class S>

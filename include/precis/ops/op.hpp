@@ -33,9 +33,62 @@
 #include <type_traits>
 #include <utility>
 
-#include "precis/autodiff/ops.hpp"
 #include "precis/autodiff/tape.hpp"
 #include "precis/policy/policies.hpp"
+#include "precis/tensor/all.hpp"
+
+namespace precis::detail::ad {
+
+template <class T>
+using arith_t = default_compute_t<T>;
+
+template <class P>
+using node_t = typename Tape<P>::Node;
+
+template <class P, class S>
+using grad_t = grad_storage_t<P, S>;
+
+/// "precis::exp" for op::exp: the name error messages use.
+template <class Op>
+const char* name_of() {
+  static const std::string s = "precis::" + std::string(Op::name);
+  return s.c_str();
+}
+
+/// gx += f(args...) element-wise, computed in A (args broadcast to gx's shape), rounded once.
+template <class A, class G, class F, class... V>
+void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) {
+  map_into<A>(op, gx, [f](const A& acc, const auto&... a) { return A(acc + f(a...)); }, TensorView<const G>(gx), args...);
+}
+
+/// Sums t over the axes that broadcasting added or stretched, into acc (a shape t's broadcasts
+/// from), in T.
+template <class T>
+void sum_to_shape(const TensorView<T>& acc, const TensorView<const T>& t) {
+  std::fill_n(acc.data(), acc.size(), T(0));
+  detail::strided_loop<2> loop;
+  loop.shape = t.shape();
+  loop.strides[0] = TensorView<T>(acc).broadcast_to(t.shape()).strides();
+  loop.strides[1] = t.strides();
+  loop.coalesce();
+  loop.run(0, t.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
+    for (index_t i = 0; i < count; ++i) acc.data()[off[0] + i * st[0]] += t.data()[off[1] + i * st[1]];
+  });
+}
+
+/// x's shape with `axis` kept as extent 1 (for broadcasting a reduced value back).
+inline Shape keep_axis(Shape s, int axis) {
+  s[axis] = 1;
+  return s;
+}
+
+/// v's value in arithmetic type A (through its storage's own arithmetic type).
+template <class A, class S>
+A ld(const S& v) {
+  return detail::load<A>(detail::load<arith_t<detail::remove_cv_t<S>>>(v));
+}
+
+}  // namespace precis::detail::ad
 
 namespace precis::op {
 
@@ -95,14 +148,35 @@ class cpu {
     return out.as_const();
   }
 
-  /// c = a b (+ c when add), a [m, k] and b [k, n] of any storage and strides, accumulated in
-  /// Acc (c's type).
-  template <class Acc, class SA, class CA, class SB, class CB>
-  void gemm(const TensorView<Acc>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add) const {
+  /// c = a b (+ c when add), a [m, k] and b [k, n] of any storage and strides, the products
+  /// accumulated in Acc (by default c's own type) and rounded once into c's storage. A c of
+  /// another type than Acc is done in row panels, so the Acc workspace stays at most ~128K
+  /// elements (a 16-bit step keeps no fp32 copy of a whole weight gradient).
+  template <class Acc = void, class G, class SA, class CA, class SB, class CB>
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add) const {
+    using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
     const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    detail::gemm_blocked<Acc>(m, n, k, Acc(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
-                              b.strides()[1], add ? Acc(1) : Acc(0), c.data(), c.strides()[0], c.strides()[1],
+    if constexpr (std::is_same_v<G, A>) {
+      detail::gemm_blocked<A>(m, n, k, A(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
+                              b.strides()[1], add ? A(1) : A(0), c.data(), c.strides()[0], c.strides()[1],
                               detail::default_gemm_threads(m, n, k));
+    } else {
+      const index_t panel = std::max<index_t>(1, std::min<index_t>(m, (index_t{1} << 17) / std::max<index_t>(n, 1)));
+      A* w = temp_->template allocate_array<A>(static_cast<std::size_t>(panel * n));
+      for (index_t i0 = 0; i0 < m; i0 += panel) {
+        const index_t rows = std::min(panel, m - i0);
+        const TensorView<A> wv(w, Shape{rows, n});
+        detail::gemm_blocked<A>(rows, n, k, A(1), a.data() + i0 * a.strides()[0], a.strides()[0], a.strides()[1],
+                                b.data(), b.strides()[0], b.strides()[1], A(0), w, n, index_t{1},
+                                detail::default_gemm_threads(rows, n, k));
+        const auto ci = c.slice(0, i0, i0 + rows);
+        if (add) {
+          add_into<default_compute_t<A>>("precis::gemm", ci, wv.as_const());
+        } else {
+          copy(wv.as_const(), ci);
+        }
+      }
+    }
   }
 
   /// to = from, rounded once to nearest into to's storage (same shapes, any strides).
@@ -204,7 +278,18 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   const bool needs_grad = (x.requires_grad() || ...) && t.grad_enabled();
   Var<P, O> y;
   if constexpr (detail::ad::view_op<Op>) {
-    y = t.make_view(detail::ad::first_of(x...), Op::view(a, x.value()...));
+    const auto& x0 = detail::ad::first_of(x...);
+    if constexpr (requires { requires Op::copies_strided; }) {
+      if (!x0.value().is_contiguous()) {  // a dense copy, then the view of it
+        y = t.template make<O>(x0.shape(), needs_grad);
+        Tape<P>::copy_into(x0.value(), t.template value_view<O>(y.id()));
+        y = t.make_view(y, Op::view(a, y.value()));
+      } else {
+        y = t.make_view(x0, Op::view(a, x0.value()));
+      }
+    } else {
+      y = t.make_view(x0, Op::view(a, x.value()...));
+    }
   } else {
     y = t.template make<O>(Op::shape(a, x.shape()...), needs_grad);
   }
@@ -244,12 +329,6 @@ auto evaluate(const typename Op::attrs& a, const X&... x) {
 }
 
 namespace detail::ad {
-
-/// a's value as arithmetic type A (through the storage's own compute type).
-template <class A, class S>
-A ld(const S& v) {
-  return detail::load<A>(detail::load<arith_t<detail::remove_cv_t<S>>>(v));
-}
 
 /// "precis::conv2d: " + message.
 template <class Op>

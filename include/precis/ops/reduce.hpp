@@ -1,4 +1,5 @@
-// Reductions by selection: max and min over an axis (differentiable), argmax and argmin.
+// Reductions: sum, mean, norm and logsumexp (over one axis or all elements), softmax and
+// log_softmax, max and min over an axis by selection (differentiable), argmax and argmin.
 #pragma once
 
 #include "precis/config.hpp"
@@ -46,6 +47,165 @@ void select_along(const TensorView<const S>& x, int axis, F&& f) {
 }  // namespace precis::detail::ad
 
 namespace precis::op {
+
+/// What a summing reduction computes per fiber, in the accumulator Acc.
+enum class reduction { sum, mean, norm, logsumexp };
+
+/// A summing reduction over one axis (attrs.all = false) or over every element (true). Its
+/// forward sums in the accumulator (pairwise); its backward is element-wise: the output's
+/// gradient times D(x, y), broadcast back over the reduced axis, in the arithmetic type.
+template <class Op, reduction R, class D>
+struct reduce_def : def<policy::safety::needs_wide> {
+  struct attrs {
+    int axis = 0;
+    bool all = true;
+  };
+
+  static Shape shape(const attrs& a, const Shape& x) {
+    const char* name = detail::ad::name_of<Op>();
+    const int ax = a.all ? 0 : normalize_axis(a.axis, x.rank(), name);
+    if (a.all ? x.numel() == 0 : x[ax] == 0) {
+      throw shape_error(std::string(name) + ": input " + x.str() + (a.all ? "" : " along axis " + std::to_string(ax)) +
+                        " is empty; expected at least one element to reduce");
+    }
+    return a.all ? Shape{} : x.erased(ax);
+  }
+  template <class Acc>
+  static auto fiber(index_t count) {
+    return [count](const auto* p, index_t len, index_t st) {
+      if constexpr (R == reduction::sum) {
+        return detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{});
+      } else if constexpr (R == reduction::mean) {
+        return Acc(detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{}) / Acc(static_cast<double>(count)));
+      } else if constexpr (R == reduction::norm) {
+        return detail::norm2_fiber<Acc>(p, len, st, summation::pairwise);
+      } else {
+        return detail::logsumexp_fiber<Acc>(p, len, st, summation::pairwise);
+      }
+    };
+  }
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+    using Acc = typename T::accumulator;
+    const char* name = detail::ad::name_of<Op>();
+    if (a.all) {
+      detail::reduce_all_into<Acc>(name, x, y.data(), fiber<Acc>(x.size()));
+    } else {
+      const int ax = normalize_axis(a.axis, x.rank(), name);
+      detail::reduce_axis_into<Acc>(name, x, ax, y, fiber<Acc>(x.shape()[ax]));
+    }
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>& y,
+                       const std::tuple<TensorView<const X>>& x, const std::tuple<TensorView<GX>>& gx) {
+    const auto& g = std::get<0>(gx);
+    if (g.data() == nullptr) return;
+    using A = typename T::arithmetic;
+    const Shape& xs = std::get<0>(x).shape();
+    const int ax = a.all ? 0 : normalize_axis(a.axis, xs.rank(), detail::ad::name_of<Op>());
+    const Shape s = a.all ? Shape{} : detail::ad::keep_axis(xs, ax);
+    const A count = A(static_cast<double>(a.all ? xs.numel() : xs[ax]));  // exact in A
+    detail::ad::accumulate<A>(detail::ad::name_of<Op>(), g,
+                              [count](const A& gg, const A& xv, const A& yv) { return D{}(gg, xv, yv, count); },
+                              TensorView<const G>(gy.data(), s), std::get<0>(x), TensorView<const O>(y.data(), s));
+  }
+};
+
+namespace fn_ {
+struct d_sum { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return g; } };
+struct d_mean { template <class T> T operator()(const T& g, const T&, const T&, const T& n) const { return g / n; } };
+/// d||x|| / dx = x / ||x|| (0 at x = 0).
+struct d_norm {
+  template <class T> T operator()(const T& g, const T& x, const T& y, const T&) const {
+    return y == T(0) ? T(0) : T(g * x / y);
+  }
+};
+struct d_logsumexp {
+  template <class T> T operator()(const T& g, const T& x, const T& y, const T&) const {
+    using std::exp;
+    return g * exp(x - y);
+  }
+};
+}  // namespace fn_
+
+struct sum : reduce_def<sum, reduction::sum, fn_::d_sum> {
+  static constexpr std::string_view name = "sum";
+  static constexpr std::string_view reason =
+      "accumulation length: 4096 values of 32 sum to 131072 > 65504 (fp16 overflow); fp16 sums of ones stop "
+      "at 2048 and bf16 at 256 (numerics case 2)";
+};
+struct mean : reduce_def<mean, reduction::mean, fn_::d_mean> {
+  static constexpr std::string_view name = "mean";
+  static constexpr std::string_view reason = "a sum divided by n: the same accumulation";
+};
+struct norm : reduce_def<norm, reduction::norm, fn_::d_norm> {
+  static constexpr std::string_view name = "norm";
+  static constexpr std::string_view reason =
+      "squares overflow fp16 for |x| > 255.9 (sqrt(65504)) and flush for |x| < 2^-12.5; then a sum";
+};
+struct logsumexp : reduce_def<logsumexp, reduction::logsumexp, fn_::d_logsumexp> {
+  static constexpr std::string_view name = "logsumexp";
+  static constexpr std::string_view reason = "softmax's sum of exponentials";
+};
+
+/// softmax (Log = false) or log_softmax along an axis: the sum of exponentials in the
+/// accumulator; the backward's per-fiber sums too.
+template <class Op, bool Log>
+struct softmax_def : def<policy::safety::needs_wide> {
+  struct attrs {
+    int axis = -1;
+  };
+
+  static Shape shape(const attrs& a, const Shape& x) {
+    (void)normalize_axis(a.axis, x.rank(), detail::ad::name_of<Op>());
+    return x;
+  }
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+    detail::softmax_into<typename T::accumulator, Log>(detail::ad::name_of<Op>(), x, a.axis, y, summation::pairwise);
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& g, const TensorView<const O>& y,
+                       const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
+    if (std::get<0>(gx).data() == nullptr) return;
+    using Acc = typename T::accumulator;
+    using A = typename T::arithmetic;
+    const int axis = normalize_axis(a.axis, y.rank(), detail::ad::name_of<Op>());
+    const auto s = ctx.template temp<Acc>(y.shape().erased(axis));
+    // s = sum over the axis of g y (softmax) or of g (log_softmax)
+    const index_t len = g.shape()[axis], st = g.strides()[axis];
+    detail::for_each_fiber(g, axis, s, false, [&](const G* p, Acc* o, index_t) {
+      const O* q = y.data() + (p - g.data());
+      Acc acc(0);
+      for (index_t k = 0; k < len; ++k) {
+        const Acc gv = detail::ad::ld<Acc>(p[k * st]);
+        acc += Log ? gv : Acc(gv * detail::ad::ld<Acc>(q[k * st]));
+      }
+      *o = acc;
+    });
+    const TensorView<const Acc> sb(s.data(), detail::ad::keep_axis(y.shape(), axis));
+    if constexpr (Log) {  // dx = g - softmax * sum(g)
+      detail::ad::accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx), [](const A& gg, const A& yy, const A& ss) {
+        using std::exp;
+        return A(gg - exp(yy) * ss);
+      }, g, y, sb);
+    } else {  // dx = y (g - sum(g y))
+      detail::ad::accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx),
+                                [](const A& gg, const A& yy, const A& ss) { return A(yy * (gg - ss)); }, g, y, sb);
+    }
+  }
+};
+
+struct softmax : softmax_def<softmax, false> {
+  static constexpr std::string_view name = "softmax";
+  static constexpr std::string_view reason =
+      "sum of n exponentials: exceeds 65504 in fp16 for a softmax over more than 65504 near-equal logits "
+      "(vocabulary-sized), and low-precision accumulation stagnates (numerics cases 2-3)";
+};
+struct log_softmax : softmax_def<log_softmax, true> {
+  static constexpr std::string_view name = "log_softmax";
+  static constexpr std::string_view reason = "x - logsumexp(x): softmax's sum, then a difference of nearby values";
+};
 
 template <class Op, bool Max>
 struct select_def : def<policy::safety::neutral> {
@@ -108,6 +268,27 @@ struct min : select_def<min, false> {
 }  // namespace precis::op
 
 namespace precis {
+
+/// The sum of all elements, or along `axis` (op::sum).
+template <class P, class S>
+auto sum(const Var<P, S>& x) { return record<op::sum>({0, true}, x); }
+template <class P, class S>
+auto sum(const Var<P, S>& x, int axis) { return record<op::sum>({axis, false}, x); }
+template <class P, class S>
+auto mean(const Var<P, S>& x) { return record<op::mean>({0, true}, x); }
+template <class P, class S>
+auto mean(const Var<P, S>& x, int axis) { return record<op::mean>({axis, false}, x); }
+/// The Euclidean norm (scaled, so squares neither overflow nor underflow).
+template <class P, class S>
+auto norm(const Var<P, S>& x) { return record<op::norm>({0, true}, x); }
+template <class P, class S>
+auto norm(const Var<P, S>& x, int axis) { return record<op::norm>({axis, false}, x); }
+template <class P, class S>
+auto logsumexp(const Var<P, S>& x, int axis) { return record<op::logsumexp>({axis, false}, x); }
+template <class P, class S>
+auto softmax(const Var<P, S>& x, int axis) { return record<op::softmax>({axis}, x); }
+template <class P, class S>
+auto log_softmax(const Var<P, S>& x, int axis) { return record<op::log_softmax>({axis}, x); }
 
 /// The largest element along `axis` (the first on ties); its gradient goes to that element.
 template <class P, class S>

@@ -153,28 +153,38 @@ constexpr bool strict_check() {
 
 }  // namespace detail
 
-/// The types an op runs in under policy P for inputs stored as In...:
-///   compute     the type the inputs are converted to and the op evaluated in,
-///   accumulate  the type sums (reductions, matmul) accumulate in,
-///   output      the storage type of the result.
-/// Rules by safety class (In... never narrowed except by low-precision-safe ops, autocast's rule):
-///   low-precision safe: compute = Low, accumulate = High, output = Low
-///   needs wide:         compute = accumulate = output = widest(High, In...)
-///   promote, neutral:   compute = accumulate = output = widest(In...)
-/// Specialize for your own policy and an op to change one entry.
+/// The four precision roles of an op under policy P for inputs stored as In...:
+///   storage     the format the op reads its inputs in: an input stored wider is rounded to it
+///               once (only low-precision-safe ops ever narrow an input, autocast's rule)
+///   arithmetic  the type each element-wise expression is evaluated in before its one rounding
+///               to a stored result: default_compute_t<storage> (fp32 for the 8- and 16-bit
+///               formats, the format itself otherwise); Tensor's Compute parameter
+///   accumulator the type every sum of the op runs in, forward and backward: reductions, GEMM
+///               products, sums over broadcast axes, a bias's gradient, a norm's statistics
+///   output      the storage type of the result
+/// Rules by safety class:
+///   low-precision safe: storage = Low, accumulator = High, output = Low
+///   needs wide:         storage = accumulator = output = widest(High, In...)
+///   promote:            storage = output = widest(In...), accumulator = arithmetic
+///   neutral:            storage = output = widest(In...), accumulator = arithmetic
+/// (promote and neutral ops have no sum in their forward; their backward's sums over broadcast
+/// axes run in the arithmetic type, as autocast's do). Specialize for your own policy and an op
+/// to change one entry.
 template <class P, class Op, class... In>
 struct op_types {
   static_assert(sizeof...(In) > 0, "precis::policy::op_types: name the op's input storage types");
   static constexpr safety safety_class = P::template safety_of<Op>;
   using low = typename P::low_type;
   using high = typename P::high_type;
-  using compute = std::conditional_t<safety_class == safety::low_precision_safe, low,
+  using storage = std::conditional_t<safety_class == safety::low_precision_safe, low,
                                      std::conditional_t<safety_class == safety::needs_wide, widest_t<high, In...>,
                                                         widest_t<In...>>>;
-  using accumulate = std::conditional_t<safety_class == safety::low_precision_safe, high, compute>;
-  using output = std::conditional_t<safety_class == safety::low_precision_safe, low, compute>;
+  using arithmetic = default_compute_t<storage>;
+  using accumulator = std::conditional_t<safety_class == safety::low_precision_safe, high,
+                                         std::conditional_t<safety_class == safety::needs_wide, storage, arithmetic>>;
+  using output = std::conditional_t<safety_class == safety::low_precision_safe, low, storage>;
 
-  static_assert(detail::strict_check<P, Op, safety_class, compute, accumulate, mixed<low, float>>());
+  static_assert(detail::strict_check<P, Op, safety_class, storage, accumulator, mixed<low, float>>());
 };
 
 // ---- named policies -------------------------------------------------------------------------

@@ -107,6 +107,15 @@ inline void check_extents(const Shape& shape, const char* op) {
 
 }  // namespace detail
 
+/// The public conversions between storage formats and arithmetic types, as the library's own
+/// kernels use them: load<C>(s) is a stored value as arithmetic type C (exact when C is at
+/// least as wide), store<S>(c) rounds c once, to nearest even, into storage S (overflowing to
+/// infinity where S has one, saturating otherwise).
+///   const float v = precis::load<float>(h);          // half -> float, exact
+///   const precis::half h2 = precis::store<precis::half>(v * 3.0f);
+using detail::load;
+using detail::store;
+
 template <class Storage, class Compute = default_compute_t<detail::remove_const_t<Storage>>>
 class Tensor;
 

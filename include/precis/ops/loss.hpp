@@ -1,0 +1,205 @@
+// Losses of the op layer: cross_entropy (fused log-softmax and negative log-likelihood), nll,
+// mse. Each is a mean over rows (or elements), summed in the accumulator.
+#pragma once
+
+#include "precis/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "precis/ops/op.hpp"
+
+namespace precis::detail::ad {
+
+inline void check_labels(const char* op, std::span<const std::int64_t> labels, index_t rows, index_t classes) {
+  if (static_cast<index_t>(labels.size()) != rows) {
+    throw shape_error(std::string(op) + ": " + std::to_string(labels.size()) + " labels for " + std::to_string(rows) +
+                      " rows; expected one label per row");
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw invalid_argument(std::string(op) + ": label " + std::to_string(labels[i]) + " at row " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(classes) + ")");
+    }
+  }
+}
+
+/// The shape check of a loss over [batch, classes] with one label per row.
+template <class Op>
+Shape labelled_loss_shape(std::span<const std::int64_t> labels, const Shape& x, const char* what) {
+  if (x.rank() != 2) {
+    throw shape_error(std::string(name_of<Op>()) + ": " + what + " " + x.str() + "; expected [batch, classes]");
+  }
+  check_labels(name_of<Op>(), labels, x[0], x[1]);
+  return Shape{};
+}
+
+/// The mean of n terms, summed pairwise in Acc.
+template <class Acc>
+Acc mean_of(const Acc* terms, index_t n) {
+  return Acc(detail::sum_fiber<Acc>(terms, n, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(n)));
+}
+
+}  // namespace precis::detail::ad
+
+namespace precis::op {
+
+/// Mean over rows of -log softmax(logits)[row, label]: fused and stable (a log-sum-exp per row
+/// in the accumulator, kept); the backward recomputes softmax from it. The labels are copied
+/// into the step's memory when the backward will need them.
+struct cross_entropy : def<policy::safety::needs_wide> {
+  static constexpr std::string_view name = "cross_entropy";
+  static constexpr std::string_view reason = "logsumexp over the classes, then a mean over the batch";
+  struct attrs {
+    std::span<const std::int64_t> labels;
+  };
+  template <class T>
+  struct saved {
+    const std::int64_t* labels = nullptr;
+    const typename T::accumulator* lse = nullptr;
+  };
+
+  static Shape shape(const attrs& a, const Shape& x) { return detail::ad::labelled_loss_shape<cross_entropy>(a.labels, x, "logits"); }
+
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
+    using Acc = typename T::accumulator;
+    const index_t rows = x.shape()[0];
+    Acc* lse = ctx.saving() ? ctx.template keep_array<Acc>(rows) : ctx.template temp<Acc>(Shape{rows}).data();
+    Acc* terms = ctx.template temp<Acc>(Shape{rows}).data();
+    for (index_t i = 0; i < rows; ++i) {
+      const auto r = x.select(0, i);
+      lse[i] = detail::logsumexp_fiber<Acc>(r.data(), r.shape()[0], r.strides()[0], summation::pairwise);
+      terms[i] = Acc(lse[i] - detail::ad::ld<Acc>(r(a.labels[static_cast<std::size_t>(i)])));
+    }
+    *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
+    sv.lse = lse;
+    if (ctx.saving()) {
+      std::int64_t* kept = ctx.template keep_array<std::int64_t>(rows);
+      std::copy(a.labels.begin(), a.labels.end(), kept);
+      sv.labels = kept;
+    }
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx&, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>>& in, const std::tuple<TensorView<GX>>& gin) {
+    const auto& gx = std::get<0>(gin);
+    if (gx.data() == nullptr) return;
+    using R = typename T::arithmetic;
+    const auto& x = std::get<0>(in);
+    const index_t rows = x.shape()[0], k = x.shape()[1];
+    const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
+    for (index_t i = 0; i < rows; ++i) {
+      const R lse = detail::ad::ld<R>(sv.lse[i]);
+      for (index_t j = 0; j < k; ++j) {
+        using std::exp;
+        const R p = exp(R(detail::ad::ld<R>(x(i, j)) - lse));
+        const R d = g * (j == sv.labels[i] ? R(p - R(1)) : p);
+        GX& gij = gx(i, j);
+        gij = detail::store<GX>(R(detail::ad::ld<R>(gij) + d));
+      }
+    }
+  }
+};
+
+/// Mean over rows of -logp[row, label] for log-probabilities logp [batch, classes].
+struct nll : def<policy::safety::needs_wide> {
+  static constexpr std::string_view name = "nll";
+  static constexpr std::string_view reason = "a mean over the batch of log-probabilities";
+  struct attrs {
+    std::span<const std::int64_t> labels;
+  };
+  template <class T>
+  struct saved {
+    const std::int64_t* labels = nullptr;
+  };
+
+  static Shape shape(const attrs& a, const Shape& x) { return detail::ad::labelled_loss_shape<nll>(a.labels, x, "input"); }
+
+  template <class T, class Ctx, class O, class X>
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
+    using Acc = typename T::accumulator;
+    const index_t rows = x.shape()[0];
+    Acc* terms = ctx.template temp<Acc>(Shape{rows}).data();
+    for (index_t i = 0; i < rows; ++i) terms[i] = Acc(-detail::ad::ld<Acc>(x(i, a.labels[static_cast<std::size_t>(i)])));
+    *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
+    if (ctx.saving()) {
+      std::int64_t* kept = ctx.template keep_array<std::int64_t>(rows);
+      std::copy(a.labels.begin(), a.labels.end(), kept);
+      sv.labels = kept;
+    }
+  }
+  template <class T, class Ctx, class G, class O, class X, class GX>
+  static void backward(const Ctx&, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gin) {
+    const auto& gx = std::get<0>(gin);
+    if (gx.data() == nullptr) return;
+    using R = typename T::arithmetic;
+    const index_t rows = gx.shape()[0];
+    const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
+    for (index_t i = 0; i < rows; ++i) {
+      GX& gij = gx(i, sv.labels[i]);
+      gij = detail::store<GX>(R(detail::ad::ld<R>(gij) - g));
+    }
+  }
+};
+
+/// Mean of (pred - target)^2 over all elements.
+struct mse : def<policy::safety::needs_wide> {
+  static constexpr std::string_view name = "mse";
+  static constexpr std::string_view reason = "squared differences overflow fp16 above 255.9, then a mean over all elements";
+
+  static Shape shape(const attrs&, const Shape& p, const Shape& t) {
+    if (!(p == t)) throw shape_error("precis::mse: prediction " + p.str() + " and target " + t.str() + " differ");
+    if (p.numel() == 0) throw shape_error("precis::mse: prediction " + p.str() + " is empty; expected at least one element");
+    return Shape{};
+  }
+  template <class T, class Ctx, class O, class SP, class ST>
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const SP>& p,
+                      const TensorView<const ST>& t) {
+    using Acc = typename T::accumulator;
+    using R = typename T::arithmetic;
+    const auto sq = ctx.template temp<Acc>(p.shape());
+    map_into<R>("precis::mse", sq, [](const R& a, const R& b) { return R((a - b) * (a - b)); }, p, t);
+    *y.data() = detail::store<O>(detail::ad::mean_of(sq.data(), sq.size()));
+  }
+  template <class T, class Ctx, class G, class O, class SP, class ST, class GP, class GT>
+  static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+                       const std::tuple<TensorView<const SP>, TensorView<const ST>>& in,
+                       const std::tuple<TensorView<GP>, TensorView<GT>>& gin) {
+    using R = typename T::arithmetic;
+    const auto& [p, t] = in;
+    const R c = R(2) / R(static_cast<double>(p.size()));
+    const TensorView<const G> g(gy.data(), Shape{});
+    if (std::get<0>(gin).data()) {
+      detail::ad::accumulate<R>("precis::mse", std::get<0>(gin), [c](const R& gg, const R& a, const R& b) { return R(c * gg * (a - b)); },
+                                g, p, t);
+    }
+    if (std::get<1>(gin).data()) {
+      detail::ad::accumulate<R>("precis::mse", std::get<1>(gin),
+                                [c](const R& gg, const R& a, const R& b) { return R(-c * gg * (a - b)); }, g, p, t);
+    }
+  }
+};
+
+}  // namespace precis::op
+
+namespace precis {
+
+/// Mean over rows of -log softmax(logits)[row, label] (op::cross_entropy).
+template <class P, class S>
+auto cross_entropy(const Var<P, S>& logits, std::span<const std::int64_t> labels) {
+  return record<op::cross_entropy>({labels}, logits);
+}
+/// Mean over rows of -logp[row, label] (op::nll).
+template <class P, class S>
+auto nll(const Var<P, S>& logp, std::span<const std::int64_t> labels) { return record<op::nll>({labels}, logp); }
+/// Mean of (pred - target)^2 over all elements (op::mse).
+template <class P, class SP, class ST>
+auto mse(const Var<P, SP>& pred, const Var<P, ST>& target) { return record<op::mse>({}, pred, target); }
+
+}  // namespace precis
