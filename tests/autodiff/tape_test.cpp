@@ -196,12 +196,11 @@ TEST(Tape, SixteenBitActivationsTakeHalfTheBytes) {
   EXPECT_NEAR(ratio, 0.5, 0.01) << forward_bytes<PBF>(64) << " vs " << forward_bytes<P32>(64);
 }
 
-/// Heap allocations of training steps 3 and 4 (forward, backward, in-place SGD) of an MLP.
-template <class P>
-long steady_state_allocations() {
-  nn::MLP<P> net({64, 32, 32, 10}, nn::activation::relu, 2);
-  const auto x = filled<float>({16, 64}, -1, 1, 15);
-  std::vector<std::int64_t> labels(16);
+/// Heap allocations of training steps 3 and 4 (forward, backward, in-place SGD) of `net` on
+/// one batch x [16, ...] with labels 0..9: forward(t, xv) returns the logits.
+template <class P, class Net, class Forward>
+long steady_state_allocations(Net& net, const Tensor<float>& x, Forward forward) {
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(x.shape()[0]));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
   const auto params = net.parameters();
   Tape<P> t;
@@ -210,7 +209,7 @@ long steady_state_allocations() {
     const long before = g_allocations.load();
     t.reset();
     net.zero_grad();
-    auto loss = cross_entropy(net(t.input(x)), labels);
+    auto loss = cross_entropy(forward(t, t.input(x)), labels);
     t.backward(loss);
     for (auto* p : params) {
       for (index_t i = 0; i < p->value.size(); ++i) {
@@ -222,10 +221,68 @@ long steady_state_allocations() {
   return during;
 }
 
+template <class P>
+long steady_state_allocations() {
+  nn::MLP<P> net({64, 32, 32, 10}, nn::activation::relu, 2);
+  return steady_state_allocations<P>(net, filled<float>({16, 64}, -1, 1, 15), [&](Tape<P>&, const auto& x) { return net(x); });
+}
+
+/// conv2d - batch norm - relu - max pool - dropout - linear, as the demo's CNN.
+template <class P>
+struct small_cnn : nn::Module<P> {
+  small_cnn() {
+    conv = &this->register_module("conv", std::make_unique<nn::Conv2d<P>>(2, 4, std::array<index_t, 2>{3, 3},
+                                                                          conv2d_options{{1, 1}, {1, 1}, {1, 1}, 1}, 3));
+    bn = &this->register_module("bn", std::make_unique<nn::BatchNorm2d<P>>(4));
+    drop = &this->register_module("drop", std::make_unique<nn::Dropout<P>>(0.25, 4));
+    head = &this->register_module("head", std::make_unique<nn::Linear<P>>(4 * 4 * 4, 10, 5));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    const auto h = (*drop)(max_pool2d(relu((*bn)((*conv)(x)))));
+    return (*head)(reshape(h, Shape{x.shape()[0], 4 * 4 * 4}));
+  }
+  nn::Conv2d<P>* conv;
+  nn::BatchNorm2d<P>* bn;
+  nn::Dropout<P>* drop;
+  nn::Linear<P>* head;
+};
+
+/// A pre-LN transformer block (attention, layer norms, GELU MLP) on 8 tokens of width 16, the
+/// token mean and a linear head, as the demo's ViT.
+template <class P>
+struct small_transformer : nn::Module<P> {
+  small_transformer() {
+    block = &this->register_module("block", std::make_unique<nn::TransformerBlock<P>>(16, 2, 2, 6));
+    head = &this->register_module("head", std::make_unique<nn::Linear<P>>(16, 10, 7));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    return (*head)(mean((*block)(x, true), 1));
+  }
+  nn::TransformerBlock<P>* block;
+  nn::Linear<P>* head;
+};
+
+template <class P>
+long steady_state_allocations_cnn() {
+  small_cnn<P> net;
+  return steady_state_allocations<P>(net, filled<float>({16, 2, 8, 8}, -1, 1, 16), [&](Tape<P>&, const auto& x) { return net(x); });
+}
+template <class P>
+long steady_state_allocations_transformer() {
+  small_transformer<P> net;
+  return steady_state_allocations<P>(net, filled<float>({16, 8, 16}, -1, 1, 17), [&](Tape<P>&, const auto& x) { return net(x); });
+}
+
 TEST(Tape, SteadyStateTrainingStepsAllocateNothing) {
   EXPECT_EQ(steady_state_allocations<P32>(), 0);
   EXPECT_EQ(steady_state_allocations<PBF>(), 0);
   EXPECT_EQ(steady_state_allocations<pol::named<"16-mixed">>(), 0);
+  EXPECT_EQ(steady_state_allocations_cnn<P32>(), 0);
+  EXPECT_EQ(steady_state_allocations_cnn<PBF>(), 0);
+  EXPECT_EQ(steady_state_allocations_transformer<P32>(), 0);
+  EXPECT_EQ(steady_state_allocations_transformer<pol::named<"16-mixed">>(), 0);
   // the counter works: a Tensor (aligned new) and a vector (plain new) are counted
   const long before = g_allocations.load();
   Tensor<float> probe(Shape{16});

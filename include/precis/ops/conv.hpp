@@ -126,10 +126,11 @@ struct conv2d : def<policy::safety::low_precision_safe> {
 
   static Shape shape(const attrs& a, const Shape& x, const Shape& w, const Shape* b = nullptr) {
     using conv_detail::str;
-    const std::string args = "x " + x.str() + ", weight " + w.str() + (b ? ", bias " + b->str() : std::string()) +
-                             ", stride " + str(a.stride) + ", padding " + str(a.padding) + ", dilation " +
-                             str(a.dilation) + ", groups " + std::to_string(a.groups);
-    const auto fail = [&](const std::string& expected) { throw shape_error("precis::conv2d: " + args + "; expected " + expected); };
+    const auto fail = [&](const std::string& expected) {  // the message is built only on failure
+      throw shape_error("precis::conv2d: x " + x.str() + ", weight " + w.str() + (b ? ", bias " + b->str() : std::string()) +
+                        ", stride " + str(a.stride) + ", padding " + str(a.padding) + ", dilation " + str(a.dilation) +
+                        ", groups " + std::to_string(a.groups) + "; expected " + expected);
+    };
     if (x.rank() != 4 || w.rank() != 4) fail("x [N, C, H, W] and weight [O, C / groups, kh, kw]");
     if (a.groups < 1 || a.stride[0] < 1 || a.stride[1] < 1 || a.dilation[0] < 1 || a.dilation[1] < 1 ||
         a.padding[0] < 0 || a.padding[1] < 0) {
