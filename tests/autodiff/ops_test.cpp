@@ -316,6 +316,32 @@ concept op_definition = requires {
   typename Op::template saved<pol::op_types<pol::named<"32-true">, Op, float>>;
 };
 
+/// gelu_tanh and its derivative in fp32 (the vectorized tanh, 1 - 2 / (e^(2u) + 1)) against the
+/// same formulas in double, over [-12, 12] (tanh saturated at both ends). exp_floats is within
+/// a few ulp, so tanh is within about 8 u of the exact value in absolute terms (u = 2^-24): the
+/// output's error is bounded by 0.5 |x| 8 u plus the final roundings, 2 u |y|.
+TEST(OpLayerReference, GeluTanhVectorizedMatchesDouble) {
+  using P = pol::named<"32-true">;
+  const index_t n = 4801;
+  Tensor<float> x(Shape{n});
+  for (index_t i = 0; i < n; ++i) x.data()[i] = static_cast<float>(-12.0 + 24.0 * static_cast<double>(i) / (n - 1));
+  const auto y = gelu_tanh<P>(x);
+  Tape<P> t;
+  Tensor<float> gx(Shape{n});
+  const auto xv = t.param(x.view(), gx.view());
+  t.backward(sum(gelu_tanh(xv)));
+  const double u = std::ldexp(1.0, -24), c = std::sqrt(2.0 / std::acos(-1.0));
+  for (index_t i = 0; i < n; ++i) {
+    const double v = x.data()[i], th = std::tanh(c * (v + 0.044715 * v * v * v));
+    const double ref = 0.5 * v * (1 + th);
+    const double dref = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * c * (1 + 3 * 0.044715 * v * v);
+    ASSERT_LE(std::abs(y.data()[i] - ref), 0.5 * std::abs(v) * 8 * u + 2 * u * std::abs(ref) + 1e-30) << "x = " << v;
+    // the derivative: t's error enters through 0.5 (1 + t) and 0.5 x (1 - t^2) c (1 + 3 a x^2)
+    const double dt = 8 * u, slope = std::abs(v) * c * (1 + 3 * 0.044715 * v * v);
+    ASSERT_LE(std::abs(gx.data()[i] - dref), 0.5 * dt + slope * dt + 8 * u * (1 + slope)) << "x = " << v;
+  }
+}
+
 TEST(OpLayerRegistry, TheTableListsEveryOpOnceAndEachIsADefinition) {
   std::set<std::string> table;
   op::all::for_each([&]<class Op>() {

@@ -160,9 +160,13 @@ class Tape {
   /// (the op's attributes, its inputs' ids and what its forward saved; precis/ops/op.hpp).
   struct Node {
     using backward_fn = void (*)(Tape&, const Node&);
+    /// A state this small lives in the node itself (most element-wise ops), a larger one in the
+    /// arena (state points to it).
+    static constexpr std::size_t inline_bytes = 24;
     backward_fn backward = nullptr;
     std::uint32_t out = 0;
     const void* state = nullptr;
+    alignas(8) unsigned char local[inline_bytes];
   };
 
   /// `arena_bytes` reserves the arena up front (otherwise it grows during the first step).

@@ -5,6 +5,8 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -14,6 +16,11 @@
 #include "precis/ops/op.hpp"
 
 namespace precis::op {
+
+namespace fn_ {
+template <class D>
+struct add_derivative;
+}  // namespace fn_
 
 /// A unary element-wise op from a forward functor f(x) and a derivative functor d(g, x, y)
 /// (= g f'(x)), both evaluated in the arithmetic type of the op's compute type.
@@ -33,9 +40,10 @@ struct unary_def : def<S> {
   static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy,
                        const TensorView<const O>& y, const std::tuple<TensorView<const X>>& x,
                        const std::tuple<TensorView<GX>>& gx) {
-    if (std::get<0>(gx).data() == nullptr) return;
-    detail::ad::accumulate<typename T::arithmetic>(detail::ad::name_of<Op>(), std::get<0>(gx), D{}, gy,
-                                                                      std::get<0>(x), y);
+    const auto& g = std::get<0>(gx);
+    if (g.data() == nullptr) return;
+    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, fn_::add_derivative<D>{}, g.as_const(), gy,
+                                     std::get<0>(x), y);
   }
 };
 
@@ -170,12 +178,38 @@ T sqrt_2_over_pi() {
   using std::sqrt;
   return sqrt(T(2) / T(acos(T(-1))));
 }
-/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel's tanh approximation).
+/// tanh of n floats through the vectorized exp: 1 - 2 / (e^(2u) + 1), within a few ulp of 1 in
+/// absolute terms (e^(2u) = inf gives 1, 0 gives -1). out may equal u.
+inline void tanh_floats(float* out, const float* u, index_t n) {
+  for (index_t i = 0; i < n; ++i) out[i] = 2.0f * u[i];
+  detail::exp_floats(out, out, n);
+  for (index_t i = 0; i < n; ++i) out[i] = 1.0f - 2.0f / (out[i] + 1.0f);
+}
+/// f(t, i) over blocks of n floats, t[j] = tanh(sqrt(2/pi) (x + 0.044715 x^3)) of x[i].
+template <class F>
+void with_gelu_tanh(const float* x, index_t n, F f) {
+  const float c = sqrt_2_over_pi<float>();
+  std::array<float, detail::chunk> t;
+  for (index_t i0 = 0; i0 < n; i0 += detail::chunk) {
+    const index_t m = std::min(detail::chunk, n - i0);
+    for (index_t j = 0; j < m; ++j) {
+      const float v = x[i0 + j];
+      t[static_cast<std::size_t>(j)] = c * (v + 0.044715f * v * v * v);
+    }
+    tanh_floats(t.data(), t.data(), m);
+    for (index_t j = 0; j < m; ++j) f(t[static_cast<std::size_t>(j)], i0 + j);
+  }
+}
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel's tanh approximation);
+/// float arrays take the vectorized tanh.
 struct gelu_tanh {
   template <class T>
   T operator()(const T& x) const {
     using std::tanh;
     return T(0.5) * x * (T(1) + T(tanh(sqrt_2_over_pi<T>() * (x + T(0.044715) * x * x * x))));
+  }
+  static void bulk(float* o, const float* x, index_t n) {
+    with_gelu_tanh(x, n, [&](float t, index_t i) { o[i] = 0.5f * x[i] * (1.0f + t); });
   }
 };
 struct d_gelu_tanh {
@@ -185,6 +219,31 @@ struct d_gelu_tanh {
     const T c = sqrt_2_over_pi<T>();
     const T t = tanh(c * (x + T(0.044715) * x * x * x));
     return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * T(0.044715) * x * x));
+  }
+  static void bulk(float* o, const float* g, const float* x, const float*, index_t n) {
+    const float c = sqrt_2_over_pi<float>();
+    with_gelu_tanh(x, n, [&](float t, index_t i) {
+      const float v = x[i];
+      o[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * v * v));
+    });
+  }
+};
+/// acc + d(g, x, y), with d's vectorized kernel on float arrays when it has one.
+template <class D>
+struct add_derivative {
+  template <class T>
+  T operator()(const T& acc, const T& g, const T& x, const T& y) const {
+    return T(acc + D{}(g, x, y));
+  }
+  static void bulk(float* o, const float* acc, const float* g, const float* x, const float* y, index_t n)
+    requires requires(float* p, const float* q) { D::bulk(p, q, q, q, n); }
+  {
+    std::array<float, detail::chunk> d;
+    for (index_t i0 = 0; i0 < n; i0 += detail::chunk) {
+      const index_t m = std::min(detail::chunk, n - i0);
+      D::bulk(d.data(), g + i0, x + i0, y + i0, m);
+      for (index_t j = 0; j < m; ++j) o[i0 + j] = acc[i0 + j] + d[static_cast<std::size_t>(j)];
+    }
   }
 };
 }  // namespace fn_

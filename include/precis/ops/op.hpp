@@ -239,12 +239,18 @@ auto plain_view(const V& v) {
   return TensorView<S>(v.data(), v.shape(), v.strides(), typename TensorView<S>::unchecked{});
 }
 
+/// Whether an op's state is stored in its tape node rather than in the arena.
+template <class St, class P>
+constexpr bool state_fits_node() {
+  return sizeof(St) <= node_t<P>::inline_bytes && alignof(St) <= 8;
+}
+
 template <class Op, class P, class... S>
 void op_backward(Tape<P>& t, const node_t<P>& n) {
   using T = op_types_t<Op, P, S...>;
   using O = typename T::output;
   using St = op_state<Op, T, sizeof...(S)>;
-  const St& st = *static_cast<const St*>(n.state);
+  const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
   const op::cpu ctx(t.scratch(), t.arena(), false);
   const auto gy = t.template grad_view<grad_t<P, O>>(n.out).as_const();
   const auto y = t.template value_view<const O>(n.out);
@@ -273,8 +279,9 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   using T = detail::ad::op_types_t<Op, P, S...>;
   using O = typename T::output;
   using St = detail::ad::op_state<Op, T, sizeof...(S)>;
-  static_assert(std::is_trivially_destructible_v<St>, "an op's attrs and saved state live in the arena: they must be "
-                                                      "trivially destructible");
+  static_assert(std::is_trivially_destructible_v<St> && std::is_trivially_copyable_v<St>,
+                "an op's attrs and saved state live in the tape's node or arena: they must be trivially copyable "
+                "and destructible");
   const bool needs_grad = (x.requires_grad() || ...) && t.grad_enabled();
   Var<P, O> y;
   if constexpr (detail::ad::view_op<Op>) {
@@ -293,17 +300,20 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   } else {
     y = t.template make<O>(Op::shape(a, x.shape()...), needs_grad);
   }
-  St local{a, {x.id()...}, {}};
-  St* st = needs_grad ? new (t.arena().allocate(sizeof(St))) St{a, {x.id()...}, {}} : &local;
+  St st{a, {x.id()...}, {}};
   if constexpr (!detail::ad::view_op<Op>) {
     const op::cpu ctx(t.scratch(), t.arena(), needs_grad);
-    Op::template forward<T>(ctx, st->attrs, t.template value_view<O>(y.id()), st->saved, x.value()...);
+    Op::template forward<T>(ctx, st.attrs, t.template value_view<O>(y.id()), st.saved, x.value()...);
   }
   if (y.requires_grad()) {
-    typename Tape<P>::Node n{};
+    typename Tape<P>::Node n;
     n.backward = &detail::ad::op_backward<Op, P, S...>;
     n.out = y.id();
-    n.state = st;
+    if constexpr (detail::ad::state_fits_node<St, P>()) {
+      new (n.local) St(st);
+    } else {
+      n.state = new (t.arena().allocate(sizeof(St))) St(st);
+    }
     t.record(n);
   }
   t.end_op();
