@@ -10,6 +10,7 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -44,12 +45,13 @@ struct geometry {
 /// c0..c0+c): the receptive field of every output position, zero where it covers padding.
 template <class L, class S>
 void im2col(const geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) {
-  const index_t p = g.plane(), cols = count * p;
+  const index_t p = g.plane(), cols = count * p, k = cs * g.kh * g.kw;
   const L zero = detail::store<L>(detail::ad::arith_t<L>(0));
-  for (index_t c = 0; c < cs; ++c)
-    for (index_t i = 0; i < g.kh; ++i)
-      for (index_t j = 0; j < g.kw; ++j) {
-        L* row = col + ((c * g.kh + i) * g.kw + j) * cols;
+  // rows (c, i, j) are independent: split them over threads
+  detail::parallel_ranges(k, detail::threads_for(k * cols, index_t{1} << 15), [&](index_t r0, index_t r1) {
+    for (index_t r = r0; r < r1; ++r) {
+        const index_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+        L* row = col + r * cols;
         for (index_t b = 0; b < count; ++b) {
           const S* plane = x + ((first + b) * g.c + c0 + c) * g.h * g.w;
           for (index_t oh = 0; oh < g.ho; ++oh) {
@@ -59,20 +61,32 @@ void im2col(const geometry& g, const S* x, index_t c0, index_t cs, index_t first
               std::fill_n(out, g.wo, zero);
               continue;
             }
-            for (index_t ow = 0; ow < g.wo; ++ow) {
-              const index_t iw = ow * g.stride[1] - g.pad[1] + j * g.dil[1];
-              out[ow] = (iw < 0 || iw >= g.w) ? zero : L(plane[ih * g.w + iw]);
+            // iw = ow stride - pad + j dil is inside [0, w) for ow in [lo, hi): zeros around a
+            // strided copy
+            const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
+            const index_t lo = std::min(g.wo, off >= 0 ? index_t{0} : (-off + s1 - 1) / s1);
+            const index_t hi = std::max(lo, std::min(g.wo, g.w - 1 - off < 0 ? index_t{0} : (g.w - 1 - off) / s1 + 1));
+            std::fill(out, out + lo, zero);
+            const S* src = plane + ih * g.w + off;
+            if (s1 == 1) {
+              for (index_t ow = lo; ow < hi; ++ow) out[ow] = L(src[ow]);
+            } else {
+              for (index_t ow = lo; ow < hi; ++ow) out[ow] = L(src[ow * s1]);
             }
+            std::fill(out + hi, out + g.wo, zero);
           }
         }
-      }
+    }
+  });
 }
 
 /// The transpose of im2col: dx [N, C, H, W] (Acc) += the column gradients dcol.
 template <class Acc>
 void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) {
   const index_t p = g.plane(), cols = count * p;
-  for (index_t c = 0; c < cs; ++c)
+  // channels write disjoint planes: split them over threads
+  detail::parallel_ranges(cs, detail::threads_for(cs * g.kh * g.kw * cols, index_t{1} << 15), [&](index_t ca, index_t cb) {
+  for (index_t c = ca; c < cb; ++c)
     for (index_t i = 0; i < g.kh; ++i)
       for (index_t j = 0; j < g.kw; ++j) {
         const Acc* row = dcol + ((c * g.kh + i) * g.kw + j) * cols;
@@ -89,6 +103,7 @@ void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t 
           }
         }
       }
+  });
 }
 
 /// Images per im2col batch: the column buffer stays under ~4M elements.
@@ -115,6 +130,9 @@ struct conv2d : def<policy::safety::low_precision_safe> {
   template <class T>
   struct saved {
     TensorView<const typename T::storage> x, w;
+    /// The forward's columns, group after group ([groups, k, N Ho Wo]), when the whole batch
+    /// fit one column buffer; null otherwise (the backward recomputes them).
+    const typename T::storage* cols = nullptr;
   };
 
   static conv_detail::geometry geometry_of(const attrs& a, const Shape& x, const Shape& w) {
@@ -159,25 +177,32 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto g = geometry_of(a, x.shape(), w.shape());
     const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
     const index_t nb = conv_detail::images_per_batch(g.n, k, p);
-    const auto col = ctx.template temp<L>(Shape{k, nb * p});
+    // when the batch fits one buffer and a backward will run, the columns are kept for it
+    const bool keep_cols = ctx.saving() && nb == g.n;
+    L* kept = keep_cols ? ctx.template keep_array<L>(groups * k * nb * p) : nullptr;
+    const auto col = keep_cols ? TensorView<L>(kept, Shape{k, nb * p}) : ctx.template temp<L>(Shape{k, nb * p});
+    sv.cols = kept;
     const auto acc = ctx.template temp<Acc>(Shape{og, nb * p});
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
-        conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
+        L* cg_cols = kept ? kept + gi * k * cols : col.data();
+        conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, cg_cols);
         const TensorView<Acc> av(acc.data(), Shape{og, cols});
-        ctx.gemm(av, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}), TensorView<const L>(col.data(), Shape{k, cols}),
+        ctx.gemm(av, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}), TensorView<const L>(cg_cols, Shape{k, cols}),
                  false);
-        for (index_t o = 0; o < og; ++o) {
-          const index_t oc = gi * og + o;
-          Acc bv(0);
-          ((bv = detail::ad::ld<Acc>(bias(oc))), ...);
-          for (index_t b = 0; b < count; ++b) {
-            O* out = y.data() + ((n0 + b) * w.shape()[0] + oc) * p;
-            const Acc* in = acc.data() + o * cols + b * p;
-            for (index_t q = 0; q < p; ++q) out[q] = detail::store<O>(Acc(in[q] + bv));
+        detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
+          for (index_t o = o0; o < o1; ++o) {
+            const index_t oc = gi * og + o;
+            Acc bv(0);
+            ((bv = detail::ad::ld<Acc>(bias(oc))), ...);
+            for (index_t b = 0; b < count; ++b) {
+              O* out = y.data() + ((n0 + b) * w.shape()[0] + oc) * p;
+              const Acc* in = acc.data() + o * cols + b * p;
+              for (index_t q = 0; q < p; ++q) out[q] = detail::store<O>(Acc(in[q] + bv));
+            }
           }
-        }
+        });
       }
     }
   }
@@ -199,27 +224,31 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto gw_acc = want_w ? ctx.template zeros<Acc>(sv.w.shape()) : TensorView<Acc>();
     const auto gb_acc = want_b ? ctx.template zeros<Acc>(Shape{oc_all}) : TensorView<Acc>();
     const auto gx_acc = want_x ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
-    const auto col = want_w ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
+    const auto col = want_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
     const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
     const auto gyg = ctx.template temp<detail::remove_const_t<G>>(Shape{og, nb * p});
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
-        for (index_t o = 0; o < og; ++o) {  // this group's output gradients as [og, count * p]
-          for (index_t b = 0; b < count; ++b) {
-            const G* src = gy.data() + ((n0 + b) * oc_all + gi * og + o) * p;
-            std::copy_n(src, p, gyg.data() + o * cols + b * p);
-            if (want_b) {
-              Acc& s = gb_acc.data()[gi * og + o];
-              for (index_t q = 0; q < p; ++q) s += detail::ad::ld<Acc>(src[q]);
+        // this group's output gradients as [og, count * p]
+        detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
+          for (index_t o = o0; o < o1; ++o) {
+            for (index_t b = 0; b < count; ++b) {
+              const G* src = gy.data() + ((n0 + b) * oc_all + gi * og + o) * p;
+              std::copy_n(src, p, gyg.data() + o * cols + b * p);
+              if (want_b) {
+                Acc& s = gb_acc.data()[gi * og + o];
+                for (index_t q = 0; q < p; ++q) s += detail::ad::ld<Acc>(src[q]);
+              }
             }
           }
-        }
+        });
         const TensorView<const detail::remove_const_t<G>> gm(gyg.data(), Shape{og, cols});
-        if (want_w) {  // dW_g += dY_g col^T
-          conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
-          ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}), gm,
-                   TensorView<const L>(col.data(), Shape{k, cols}).transpose(), true);
+        if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
+          const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
+          if (!sv.cols) conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
+          ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}).transpose(),
+                   TensorView<const L>(cg_cols, Shape{k, cols}), gm.transpose(), true);
         }
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
@@ -287,8 +316,30 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     const auto g = geometry_of(a, x.shape());
     std::int32_t* at = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
-    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+    const index_t planes = g.n * g.c;
+    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+    for (index_t pl = p0; pl < p1; ++pl) {
       const auto* in = xc.data() + pl * g.h * g.w;
+      if (g.pad[0] == 0 && g.pad[1] == 0) {  // every window inside the plane: no bounds checks
+        for (index_t oh = 0; oh < g.ho; ++oh)
+          for (index_t ow = 0; ow < g.wo; ++ow) {
+            const index_t base = oh * g.stride[0] * g.w + ow * g.stride[1];
+            index_t best = base;
+            R bv = detail::ad::ld<R>(in[base]);
+            for (index_t i = 0; i < g.kh; ++i)
+              for (index_t j = 0; j < g.kw; ++j) {
+                const index_t at_ij = base + i * g.w + j;
+                const R v = detail::ad::ld<R>(in[at_ij]);
+                const bool take = v > bv || v != v;  // selects, without a branch to mispredict
+                best = take ? at_ij : best;
+                bv = take ? v : bv;
+              }
+            const index_t o = (pl * g.ho + oh) * g.wo + ow;
+            y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
+            if (at) at[o] = static_cast<std::int32_t>(best);
+          }
+        continue;
+      }
       for (index_t oh = 0; oh < g.ho; ++oh)
         for (index_t ow = 0; ow < g.wo; ++ow) {
           index_t best = -1;
@@ -311,6 +362,7 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
           if (at) at[o] = static_cast<std::int32_t>(best);
         }
     }
+    });
     sv.at = at;
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
@@ -321,11 +373,14 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     using R = detail::ad::arith_t<typename T::accumulator>;
     const auto g = geometry_of(a, d.shape());
     const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
-    for (index_t pl = 0; pl < g.n * g.c; ++pl)
-      for (index_t q = 0; q < g.plane(); ++q) {
-        const index_t o = pl * g.plane() + q;
-        acc.data()[pl * g.h * g.w + sv.at[o]] += detail::ad::ld<R>(gy.data()[o]);
-      }
+    const index_t planes = g.n * g.c;
+    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+      for (index_t pl = p0; pl < p1; ++pl)
+        for (index_t q = 0; q < g.plane(); ++q) {
+          const index_t o = pl * g.plane() + q;
+          acc.data()[pl * g.h * g.w + sv.at[o]] += detail::ad::ld<R>(gy.data()[o]);
+        }
+    });
     op::cpu::add_into<R>("precis::max_pool2d", d, acc.as_const());
   }
 };
