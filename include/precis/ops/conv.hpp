@@ -197,9 +197,16 @@ struct conv2d : def<policy::safety::low_precision_safe> {
             Acc bv(0);
             ((bv = detail::ad::ld<Acc>(bias(oc))), ...);
             for (index_t b = 0; b < count; ++b) {
+              Acc* in = acc.data() + o * cols + b * p;
               O* out = y.data() + ((n0 + b) * w.shape()[0] + oc) * p;
-              const Acc* in = acc.data() + o * cols + b * p;
-              for (index_t q = 0; q < p; ++q) out[q] = detail::store<O>(Acc(in[q] + bv));
+              if constexpr (std::is_same_v<O, Acc>) {
+                for (index_t q = 0; q < p; ++q) out[q] = Acc(in[q] + bv);
+              } else {
+                if constexpr (sizeof...(B) > 0) {
+                  for (index_t q = 0; q < p; ++q) in[q] = Acc(in[q] + bv);
+                }
+                op::cpu::copy(TensorView<const Acc>(in, Shape{p}), TensorView<O>(out, Shape{p}));  // rounded once, vectorized
+              }
             }
           }
         });
@@ -238,7 +245,12 @@ struct conv2d : def<policy::safety::low_precision_safe> {
               std::copy_n(src, p, gyg.data() + o * cols + b * p);
               if (want_b) {
                 Acc& s = gb_acc.data()[gi * og + o];
-                for (index_t q = 0; q < p; ++q) s += detail::ad::ld<Acc>(src[q]);
+                std::array<Acc, detail::chunk> buf;
+                for (index_t q0 = 0; q0 < p; q0 += detail::chunk) {
+                  const index_t len = std::min(detail::chunk, p - q0);
+                  const Acc* v = detail::load_run<Acc>(src + q0, len, index_t{1}, buf.data());  // vectorized
+                  for (index_t q = 0; q < len; ++q) s += v[q];
+                }
               }
             }
           }
@@ -313,7 +325,7 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
     using R = detail::ad::arith_t<detail::remove_const_t<X>>;
-    const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
+    const auto xc = ctx.template as<R>(x, false);  // widened once, vectorized (exact)
     const auto g = geometry_of(a, x.shape());
     std::int32_t* at = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
     const index_t planes = g.n * g.c;
