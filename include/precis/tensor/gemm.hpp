@@ -80,12 +80,25 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
           for (index_t p = 0; p < kc; ++p) panel[p * mr + r] = Acc(0);
         }
       }
-    } else {
+    } else if constexpr (std::is_same_v<S, Acc>) {
       // column-major A (a transposed view): each k gives mr adjacent values
       for (index_t p = 0; p < kc; ++p) {
         const Acc* x = load_run<Acc>(a + i0 + p * cs, rows, 1, row);
         for (index_t r = 0; r < mr; ++r) panel[p * mr + r] = r < rows ? x[r] : Acc(0);
       }
+    } else {
+      // column-major A of another format: convert each k's whole run of mc values at once
+      // (one vectorized conversion instead of one per panel), then spread it over the panels
+      for (index_t p = 0; p < kc; ++p) {
+        const Acc* x = load_run<Acc>(a + p * cs, mc, 1, row);
+        for (index_t j0 = 0; j0 < mc; j0 += mr) {
+          const index_t n = std::min(mr, mc - j0);
+          Acc* d = dst + j0 * kc + p * mr;
+          for (index_t r = 0; r < n; ++r) d[r] = x[j0 + r];
+          for (index_t r = n; r < mr; ++r) d[r] = Acc(0);
+        }
+      }
+      return;
     }
   }
 }
@@ -200,7 +213,7 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
 
   auto body = [&](int tid, int nthreads) {
     Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * kc_max));
-    Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max(kc_max, nc_max)));
+    Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr})));
     const index_t r0 = m_panels * tid / nthreads * bl.mr;
     const index_t r1 = std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
     // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each
