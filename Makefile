@@ -1,5 +1,5 @@
 # precis front door. `make test` and `make demo` work on a fresh Debian machine.
-.PHONY: all test demo bench numerics asan cuda format clean
+.PHONY: all test demo demo-full bench numerics asan cuda format clean
 
 JOBS ?= 2
 
@@ -19,6 +19,15 @@ demo:
 	cmake --build --preset release -j $(JOBS) --target train_fashion_mnist
 	./build/release/examples/train_fashion_mnist --out build/demo
 	python3 bench/demo_report.py build/demo/results.json build/demo
+
+# The full table: every model under every policy, for more epochs (the emulated 16-bit
+# "-true" policies make it take an hour or more on a 2-core machine).
+demo-full:
+	tools/deps.sh demo
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF
+	cmake --build --preset release -j $(JOBS) --target train_fashion_mnist
+	./build/release/examples/train_fashion_mnist --full --out build/demo-full
+	python3 bench/demo_report.py build/demo-full/results.json build/demo-full
 
 bench:
 	tools/deps.sh bench
