@@ -338,14 +338,16 @@ class Tape {
     const Slot& s = slots_[id];
     return TensorView<S>(static_cast<S*>(s.value), s.shape, s.strides, typename TensorView<S>::unchecked{});
   }
-  /// The gradient buffer of a value (contiguous, its shape), allocated and zeroed on first use.
+  /// The gradient buffer of a value (contiguous, its shape), allocated and zeroed on first use;
+  /// G const gives a read-only view.
   template <class G>
   TensorView<G> grad_view(std::uint32_t id) {
+    using M = detail::remove_const_t<G>;
     Slot& s = slots_[id];
     if (s.grad == nullptr) {
       const auto n = static_cast<std::size_t>(s.shape.numel());
-      G* g = arena_.allocate_array<G>(n);
-      std::uninitialized_fill_n(g, n, G(0));
+      M* g = arena_.allocate_array<M>(n);
+      std::uninitialized_fill_n(g, n, M(0));
       s.grad = g;
     }
     return TensorView<G>(static_cast<G*>(s.grad), s.shape, s.contiguous ? s.strides : contiguous_strides(s.shape),
