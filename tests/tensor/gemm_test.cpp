@@ -220,3 +220,56 @@ TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
   expect_16bit_gemm_matches_portable<bfloat16>(12, 6, 20, false, false, 1.0, 0.0, 1, 60, 66);
   expect_16bit_gemm_matches_portable<bfloat16>(12, 6, 20, false, false, 1.0, 0.0, 1, -75, -60);  // fp32 subnormal products
 }
+
+/// The AVX-512 and AVX2 kernels (and the portable one, for the fp64 accumulator's order) give
+/// bit-identical results: every C entry is the same chain of FMAs over the same K blocks.
+/// Ragged tiles (m, n not multiples of 12 and 32), transposed views, several K blocks, alpha
+/// and beta, 16-bit inputs widened while packing, one and two threads.
+template <class S, class Acc>
+void expect_isas_identical(index_t m, index_t k, index_t n, bool ta, bool tb, double alpha, double beta, int threads) {
+  const auto a_store = random_tensor<S>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 5 + k));
+  const auto b_store = random_tensor<S>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 3 + k));
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  const auto c0 = random_tensor<Acc>({m, n}, -1, 1, 77);
+  auto c2 = c0, c5 = c0;
+  const gemm_isa before = limit_gemm_isa(gemm_isa::avx2);
+  gemm<Acc>(Acc(alpha), a, b, Acc(beta), c2, threads);
+  limit_gemm_isa(gemm_isa::avx512);
+  ASSERT_EQ(gemm_isa_in_use(), gemm_isa::avx512);
+  gemm<Acc>(Acc(alpha), a, b, Acc(beta), c5, threads);
+  limit_gemm_isa(before);
+  for (index_t i = 0; i < c2.size(); ++i) {
+    ASSERT_EQ(std::memcmp(c2.data() + i, c5.data() + i, sizeof(Acc)), 0)
+        << "entry " << i << " of " << m << "x" << k << "x" << n << " Acc=" << format_traits<Acc>::name;
+  }
+}
+
+TEST(GemmKernels, Avx512BitIdenticalToAvx2) {
+  if (gemm_isa_available() < gemm_isa::avx512) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS)";
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}, {130, 600, 97}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        expect_isas_identical<float, float>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        expect_isas_identical<double, double>(m, k, n, ta, tb, 1.0, 0.0, 1);
+      }
+  }
+  expect_isas_identical<bfloat16, float>(150, 784, 260, false, true, 1.0, 0.0, 2);
+  expect_isas_identical<half, float>(61, 513, 45, true, false, -0.75, 0.3, 2);
+  expect_isas_identical<float, float>(200, 300, 130, false, false, 1.3, -0.7, 2);
+  // and within the block-FMA bound of the exact result (the bound test's other formats ran at
+  // the default level, AVX-512 here)
+  run_case<float, float>(37, 300, 70, true, false, 1.0, 0.5, 2);
+}
+
+TEST(GemmKernels, LimitAndReportTheInstructionSetLevel) {
+  const gemm_isa available = gemm_isa_available();
+  const gemm_isa before = limit_gemm_isa(gemm_isa::portable);
+  EXPECT_EQ(gemm_isa_in_use(), gemm_isa::portable);
+  // the portable kernel still computes within the bound
+  run_case<float, float>(13, 40, 9, false, true, 1.0, 0.0, 1);
+  limit_gemm_isa(gemm_isa::avx512);
+  EXPECT_EQ(gemm_isa_in_use(), available);  // a cap above the CPU's level gives the CPU's level
+  limit_gemm_isa(before);
+  EXPECT_STREQ(to_string(gemm_isa::avx2), "avx2");
+}

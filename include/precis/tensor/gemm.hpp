@@ -5,10 +5,11 @@
 // BLIS-style: B is packed into kc x nc panels, A into mc x kc blocks (converted to the
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
 // register-tile kernel walks the packed panels. Threads split the rows in whole panels.
-//   Acc = float  : AVX2+FMA 6 x 16 tile; inputs float, half, bfloat16, fp8, tf32, minifloat.
+//   Acc = float  : AVX-512F 12 x 32 tile, or AVX2+FMA 6 x 16 (bit-identical results); inputs
+//                  float, half, bfloat16, fp8, tf32, minifloat.
 //                  (float x float -> float goes to Eigen's product when the translation unit
 //                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
-//   Acc = double : AVX2+FMA 6 x 8 tile.
+//   Acc = double : AVX-512F 12 x 16 tile, or AVX2+FMA 6 x 8 (bit-identical results).
 //   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
 //                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
@@ -17,7 +18,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -26,12 +29,67 @@
 
 #include "precis/tensor/elementwise.hpp"
 #include "precis/tensor/gemm/kernel_avx2.hpp"
+#include "precis/tensor/gemm/kernel_avx512.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
 
 namespace precis {
+
+/// The instruction-set levels of the CPU GEMM's kernels, lowest first. The GEMM uses the
+/// highest level the CPU and the OS support, up to a cap: the environment variable
+/// PRECIS_GEMM_ISA (portable, avx2 or avx512) sets it at the first GEMM, limit_gemm_isa()
+/// changes it. The fp32 and fp64 kernels of every level give bit-identical results.
+enum class gemm_isa { portable, avx2, avx512 };
+
+inline const char* to_string(gemm_isa i) noexcept {
+  switch (i) {
+    case gemm_isa::portable: return "portable";
+    case gemm_isa::avx2: return "avx2";
+    case gemm_isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+namespace detail {
+
+inline gemm_isa gemm_isa_from_env() {
+  const char* e = std::getenv("PRECIS_GEMM_ISA");
+  if (e == nullptr) return gemm_isa::avx512;
+  const std::string v(e);
+  for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512}) {
+    if (v == to_string(i)) return i;
+  }
+  throw invalid_argument("precis::gemm: PRECIS_GEMM_ISA=\"" + v + "\"; expected portable, avx2 or avx512");
+}
+
+inline std::atomic<int>& gemm_isa_cap() {
+  static std::atomic<int> cap{static_cast<int>(gemm_isa_from_env())};
+  return cap;
+}
+
+}  // namespace detail
+
+/// The highest level this CPU (and its OS) supports.
+inline gemm_isa gemm_isa_available() noexcept {
+#if PRECIS_X86_SIMD
+  if (detail::cpu_has_avx512f()) return gemm_isa::avx512;
+  if (detail::cpu_has_avx2_fma()) return gemm_isa::avx2;
+#endif
+  return gemm_isa::portable;
+}
+
+/// The level the GEMM uses now: the available one, capped.
+inline gemm_isa gemm_isa_in_use() {
+  return std::min(gemm_isa_available(), static_cast<gemm_isa>(detail::gemm_isa_cap().load(std::memory_order_relaxed)));
+}
+
+/// Caps the level the GEMM uses (for tests and comparisons); returns the previous cap.
+inline gemm_isa limit_gemm_isa(gemm_isa cap) {
+  return static_cast<gemm_isa>(detail::gemm_isa_cap().exchange(static_cast<int>(cap)));
+}
+
 namespace detail {
 
 /// Register tile and cache blocks for one kernel. kc x nr of B stays in L1, mc x kc of A in L2,
@@ -39,6 +97,14 @@ namespace detail {
 struct gemm_blocking {
   index_t mr, nr, mc, kc, nc;
 };
+
+/// The AVX-512 tiles: kc as the AVX2 ones (the same K blocks, so the same sums), mc a multiple
+/// of 12.
+template <class Acc>
+constexpr gemm_blocking blocking_avx512() {
+  if (std::is_same_v<Acc, float>) return {12, 32, 120, 256, 3072};
+  return {12, 16, 72, 256, 1536};
+}
 
 template <class Acc>
 constexpr gemm_blocking blocking_for(bool simd) {
@@ -175,11 +241,13 @@ void generic_tile_kernel_by_value(index_t kc, const Acc* a, const Acc* b, Acc* c
 template <class Acc>
 std::pair<tile_kernel_fn<Acc>, gemm_blocking> select_kernel() {
 #if PRECIS_X86_SIMD
+  const gemm_isa isa = gemm_isa_in_use();
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
-    if (cpu_has_avx2_fma()) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
+    if (isa >= gemm_isa::avx512) return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>()};
+    if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
-    if (cpu_has_avx2_fma()) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};
+    if (isa >= gemm_isa::avx2) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
 #endif
   return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};
