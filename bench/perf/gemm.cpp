@@ -2,7 +2,10 @@
 // the same type (fp8 has none: compare with Eigen's fp32 row; Eigen's 16-bit products
 // accumulate in 16 bits and run scalar, so they are timed only up to 512) and the
 // machine's practical peaks (a register-only FMA loop, and the register-tile kernel on
-// L1-resident panels, which adds the loads every GEMM needs). Counter GFLOP/s = 2mnk / time.
+// L1-resident panels, which adds the loads every GEMM needs), for the AVX2 and, where the CPU has
+// it, the AVX-512 kernels; and oneDNN's sgemm when the benchmark was built with it (Debian
+// libdnnl-dev, found at configure time). precis::gemm runs at the level precis::gemm_isa_in_use()
+// reports (PRECIS_GEMM_ISA=avx2 caps it). Counter GFLOP/s = 2mnk / time.
 // bench/ratios.py --gemm turns the JSON into the table in docs/benchmarks.md.
 #include <benchmark/benchmark.h>
 
@@ -13,6 +16,10 @@
 
 #if PRECIS_X86_SIMD
 #include <immintrin.h>
+#endif
+#if defined(PRECIS_BENCH_ONEDNN)
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 namespace {
@@ -110,6 +117,83 @@ BENCHMARK_TEMPLATE(BM_peak_fma, float);
 BENCHMARK_TEMPLATE(BM_peak_fma, double);
 BENCHMARK_TEMPLATE(BM_tile_kernel, float);
 BENCHMARK_TEMPLATE(BM_tile_kernel, double);
+
+/// The AVX-512 FMA ceiling: 12 independent zmm FMA chains in registers.
+template <class T>
+PRECIS_TARGET_AVX512 void peak_fma_avx512_loop(benchmark::State& state) {
+  using W = precis::detail::avx512_vec<T>;
+  using V = typename W::V;
+  const V x = W::set1(T(0.999999)), y = W::set1(T(1e-7));
+  V c0 = x, c1 = x, c2 = x, c3 = x, c4 = x, c5 = x, c6 = x, c7 = x, c8 = x, c9 = x, c10 = x, c11 = x;
+  constexpr long inner = 1 << 16;
+  for (auto _ : state) {
+    for (long i = 0; i < inner; ++i) {
+      c0 = W::fma(c0, x, y); c1 = W::fma(c1, x, y); c2 = W::fma(c2, x, y); c3 = W::fma(c3, x, y);
+      c4 = W::fma(c4, x, y); c5 = W::fma(c5, x, y); c6 = W::fma(c6, x, y); c7 = W::fma(c7, x, y);
+      c8 = W::fma(c8, x, y); c9 = W::fma(c9, x, y); c10 = W::fma(c10, x, y); c11 = W::fma(c11, x, y);
+    }
+    benchmark::DoNotOptimize(c0); benchmark::DoNotOptimize(c1); benchmark::DoNotOptimize(c2);
+    benchmark::DoNotOptimize(c3); benchmark::DoNotOptimize(c4); benchmark::DoNotOptimize(c5);
+    benchmark::DoNotOptimize(c6); benchmark::DoNotOptimize(c7); benchmark::DoNotOptimize(c8);
+    benchmark::DoNotOptimize(c9); benchmark::DoNotOptimize(c10); benchmark::DoNotOptimize(c11);
+  }
+  set_flops(state, 2.0 * 12 * W::lanes * double(inner));
+}
+template <class T>
+void BM_peak_fma_avx512(benchmark::State& state) {
+  if (!precis::detail::cpu_has_avx512f()) {
+    state.SkipWithError("AVX-512F is not available on this CPU");
+    return;
+  }
+  peak_fma_avx512_loop<T>(state);
+}
+
+/// precis's AVX-512 tile kernel alone on L1-resident packed panels (kc = 256).
+template <class T>
+void BM_tile_kernel_avx512(benchmark::State& state) {
+  if (!precis::detail::cpu_has_avx512f()) {
+    state.SkipWithError("AVX-512F is not available on this CPU");
+    return;
+  }
+  using W = precis::detail::avx512_vec<T>;
+  constexpr long kc = 256, nr = 2 * W::lanes, mr = 12;
+  auto a = precis::detail::allocate_aligned<T>(mr * kc);
+  auto b = precis::detail::allocate_aligned<T>(nr * kc);
+  for (long i = 0; i < mr * kc; ++i) a[static_cast<std::size_t>(i)] = T(1e-3);
+  for (long i = 0; i < nr * kc; ++i) b[static_cast<std::size_t>(i)] = T(1e-3);
+  alignas(64) T c[std::size_t{mr} * nr] = {};
+  for (auto _ : state) {
+    precis::detail::avx512_tile_kernel<T>(kc, a.get(), b.get(), c, nr, 1, mr, nr, T(1), T(1));
+    benchmark::DoNotOptimize(c);
+  }
+  set_flops(state, 2.0 * mr * double(nr) * kc);
+}
+
+BENCHMARK_TEMPLATE(BM_peak_fma_avx512, float);
+BENCHMARK_TEMPLATE(BM_peak_fma_avx512, double);
+BENCHMARK_TEMPLATE(BM_tile_kernel_avx512, float);
+BENCHMARK_TEMPLATE(BM_tile_kernel_avx512, double);
+#endif
+
+#if defined(PRECIS_BENCH_ONEDNN)
+/// oneDNN's fp32 GEMM (dnnl_sgemm, row-major) on the same shapes and threads.
+void BM_onednn_sgemm(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  omp_set_num_threads(static_cast<int>(state.range(1)));
+  precis::Tensor<float> a({m, k}), b({k, n}), c({m, n});
+  precis::fill_uniform(a, -1, 1, 1);
+  precis::fill_uniform(b, -1, 1, 2);
+  for (auto _ : state) {
+    if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n) != dnnl_success) {
+      state.SkipWithError("dnnl_sgemm failed");
+      return;
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
 #endif
 
 void sizes(benchmark::internal::Benchmark* b) {
@@ -129,6 +213,9 @@ void small_sizes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK_TEMPLATE(BM_precis_gemm, float, float)->Apply(sizes);
+#if defined(PRECIS_BENCH_ONEDNN)
+BENCHMARK(BM_onednn_sgemm)->Apply(sizes);
+#endif
 BENCHMARK_TEMPLATE(BM_eigen_gemm, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, double, double)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, double)->Apply(sizes);
