@@ -394,7 +394,8 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, 
   if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) &&
                 std::is_same_v<storage_of<A>, Acc> && std::is_same_v<storage_of<B>, Acc> &&
                 std::is_same_v<SC, Acc>) {
-    if (k > 0) {
+    // Eigen's AVX2 product is faster than precis's AVX2 kernel, not than its AVX-512 one
+    if (k > 0 && gemm_isa_in_use() < gemm_isa::avx512) {
       detail::eigen_gemm<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
                               b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
                               c.strides()[1], threads);
