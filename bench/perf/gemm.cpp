@@ -4,7 +4,8 @@
 // machine's practical peaks (a register-only FMA loop, and the register-tile kernel on
 // L1-resident panels, which adds the loads every GEMM needs), for the AVX2 and, where the CPU has
 // it, the AVX-512 kernels; and oneDNN's sgemm when the benchmark was built with it (Debian
-// libdnnl-dev, found at configure time). precis::gemm runs at the level precis::gemm_isa_in_use()
+// libdnnl-dev, found at configure time) and its bf16 matmul; the vdpbf16ps ceiling and the AVX512-BF16 tile
+// kernel alone where the CPU has AVX512-BF16. precis::gemm runs at the level precis::gemm_isa_in_use()
 // reports (PRECIS_GEMM_ISA=avx2 caps it). Counter GFLOP/s = 2mnk / time.
 // bench/ratios.py --gemm turns the JSON into the table in docs/benchmarks.md.
 #include <benchmark/benchmark.h>
@@ -20,6 +21,7 @@
 #if defined(PRECIS_BENCH_ONEDNN)
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 #endif
 
 namespace {
@@ -173,6 +175,54 @@ BENCHMARK_TEMPLATE(BM_peak_fma_avx512, float);
 BENCHMARK_TEMPLATE(BM_peak_fma_avx512, double);
 BENCHMARK_TEMPLATE(BM_tile_kernel_avx512, float);
 BENCHMARK_TEMPLATE(BM_tile_kernel_avx512, double);
+
+/// The vdpbf16ps ceiling: 24 independent chains in registers (each instruction 32 multiply-adds
+/// on bf16 pairs = 64 flops).
+PRECIS_TARGET_AVX512_BF16 void peak_dpbf16_loop(benchmark::State& state) {
+  const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3F7F3F7F));
+  const __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33D633D6));
+  __m512 c[24];
+  for (auto& v : c) v = _mm512_set1_ps(1.0f);
+  constexpr long inner = 1 << 15;
+  for (auto _ : state) {
+    for (long i = 0; i < inner; ++i) {
+#pragma GCC unroll 24
+      for (int r = 0; r < 24; ++r) c[r] = _mm512_dpbf16_ps(c[r], x, y);
+    }
+    for (auto& v : c) benchmark::DoNotOptimize(v);
+  }
+  set_flops(state, 64.0 * 24 * double(inner));
+}
+
+void BM_peak_dpbf16(benchmark::State& state) {
+  if (!precis::detail::cpu_has_avx512_bf16()) {
+    state.SkipWithError("AVX512-BF16 is not available on this CPU");
+    return;
+  }
+  peak_dpbf16_loop(state);
+}
+
+/// precis's AVX512-BF16 tile kernel alone on L1-resident packed panels (kc = 256, 128 pairs).
+void BM_tile_kernel_avx512_bf16(benchmark::State& state) {
+  if (!precis::detail::cpu_has_avx512_bf16()) {
+    state.SkipWithError("AVX512-BF16 is not available on this CPU");
+    return;
+  }
+  constexpr long kp = 128, nr = 32, mr = 12;
+  auto a = precis::detail::allocate_aligned<std::uint32_t>(mr * kp);
+  auto b = precis::detail::allocate_aligned<std::uint32_t>(nr * kp);
+  for (long i = 0; i < mr * kp; ++i) a[static_cast<std::size_t>(i)] = 0x3A833A83u;  // 1e-3 in both halves
+  for (long i = 0; i < nr * kp; ++i) b[static_cast<std::size_t>(i)] = 0x3A833A83u;
+  alignas(64) float c[std::size_t{mr} * nr] = {};
+  for (auto _ : state) {
+    precis::detail::avx512_bf16_tile_kernel(kp, a.get(), b.get(), c, nr, 1, mr, nr, 1.0f, 1.0f);
+    benchmark::DoNotOptimize(c);
+  }
+  set_flops(state, 2.0 * mr * double(nr) * 2 * kp);
+}
+
+BENCHMARK(BM_peak_dpbf16);
+BENCHMARK(BM_tile_kernel_avx512_bf16);
 #endif
 
 #if defined(PRECIS_BENCH_ONEDNN)
@@ -188,6 +238,31 @@ void BM_onednn_sgemm(benchmark::State& state) {
       state.SkipWithError("dnnl_sgemm failed");
       return;
     }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
+/// oneDNN's matmul primitive on bf16 A and B into fp32 C, row-major, created once.
+void BM_onednn_bf16(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  omp_set_num_threads(static_cast<int>(state.range(1)));
+  precis::Tensor<precis::bfloat16> a({m, k}), b({k, n});
+  precis::Tensor<float> c({m, n});
+  precis::fill_uniform(a, -1, 1, 1);
+  precis::fill_uniform(b, -1, 1, 2);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  const dnnl::memory::desc a_md({m, k}, dt::bf16, tag::ab), b_md({k, n}, dt::bf16, tag::ab), c_md({m, n}, dt::f32, tag::ab);
+  const dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), eng));
+  dnnl::memory am(a_md, eng, a.data()), bm(b_md, eng, b.data()), cm(c_md, eng, c.data());
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -220,6 +295,9 @@ BENCHMARK_TEMPLATE(BM_eigen_gemm, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, double, double)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, double)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
+#if defined(PRECIS_BENCH_ONEDNN)
+BENCHMARK(BM_onednn_bf16)->Apply(sizes);
+#endif
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::half)->Apply(small_sizes);

@@ -355,3 +355,31 @@ void run_every_op() {
 TEST(Policy, EveryOpRunsUnderEveryNamedPolicy) {
   for (auto name : pol::names) pol::dispatch(name, []<class P>() { run_every_op<P>(); });
 }
+
+TEST(Policy, ReproducibleGemmKeepsTheIeeeKernels) {
+  // 2^-64 * 2^-64 = 2^-128: an fp32 denormal, and a bf16 one. The IEEE fp32 kernels keep it;
+  // the AVX512-BF16 kernel (where the CPU has it) flushes it to zero. reproducible<P> asks for
+  // the former on every CPU, with the same types as P.
+  using P = pol::named<"bf16-mixed">;
+  using R = pol::reproducible<P>;
+  static_assert(!P::reproducible_gemm && R::reproducible_gemm);
+  static_assert(std::is_same_v<pol::op_types<R, op::matmul, bfloat16, bfloat16>::accumulator,
+                               pol::op_types<P, op::matmul, bfloat16, bfloat16>::accumulator>);
+  static_assert(std::is_same_v<pol::op_types<R, op::matmul, bfloat16, bfloat16>::output,
+                               pol::op_types<P, op::matmul, bfloat16, bfloat16>::output>);
+  EXPECT_EQ(R::name(), "reproducible<bf16-mixed>");
+  Tensor<bfloat16> a({1, 1}), b({1, 1});
+  a(0, 0) = bfloat16(std::ldexp(1.0f, -64));
+  b(0, 0) = bfloat16(std::ldexp(1.0f, -64));
+  EXPECT_EQ(static_cast<float>(ops<R>::matmul(a, b)(0, 0)), std::ldexp(1.0f, -128));
+  Tape<R> tape;
+  auto x = tape.input(a);
+  auto w = tape.input(b, true);
+  EXPECT_EQ(static_cast<float>(matmul(x, w).value()(0, 0)), std::ldexp(1.0f, -128));
+  const float flushed = static_cast<float>(ops<P>::matmul(a, b)(0, 0));
+  if (gemm_isa_in_use() >= gemm_isa::avx512_bf16) {
+    EXPECT_EQ(flushed, 0.0f);
+  } else {
+    EXPECT_EQ(flushed, std::ldexp(1.0f, -128));
+  }
+}

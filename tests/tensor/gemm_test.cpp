@@ -1,7 +1,14 @@
 // GEMM: every input format and accumulator against an exact reference, within
 // gamma_K |A||B| in the accumulator's unit roundoff (Higham eq. 3.12), on ragged shapes,
 // transposed views, alpha/beta, and across thread counts.
+#include <bit>
+#include <random>
 #include <tuple>
+
+#include "precis/config.hpp"
+#if PRECIS_X86_SIMD
+#include <immintrin.h>
+#endif
 
 #include "support.hpp"
 
@@ -262,13 +269,193 @@ TEST(GemmKernels, Avx512BitIdenticalToAvx2) {
   run_case<float, float>(37, 300, 70, true, false, 1.0, 0.5, 2);
 }
 
+namespace {
+
+/// vdpbf16ps on one lane as Intel's SDM writes it: the high bf16 halves' product first, then
+/// the low halves', each an fp32 fma rounded to nearest, with denormal inputs (the accumulator
+/// included) read as zero and denormal results flushed to zero.
+float flush_denormal(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+float dpbf16_lane(float c, bfloat16 lo_a, bfloat16 hi_a, bfloat16 lo_b, bfloat16 hi_b) {
+  const auto f = [](bfloat16 x) { return flush_denormal(static_cast<float>(x)); };
+  c = flush_denormal(std::fma(f(hi_a), f(hi_b), flush_denormal(c)));
+  return flush_denormal(std::fma(f(lo_a), f(lo_b), c));
+}
+
+std::uint32_t pair_bits(bfloat16 lo, bfloat16 hi) {
+  return std::uint32_t{std::bit_cast<std::uint16_t>(lo)} | std::uint32_t{std::bit_cast<std::uint16_t>(hi)} << 16;
+}
+
+#if PRECIS_X86_SIMD
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void vdpbf16ps_16(float* c, const std::uint32_t* a,
+                                                                        const std::uint32_t* b) {
+  const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(c), reinterpret_cast<__m512bh>(_mm512_loadu_si512(a)),
+                                    reinterpret_cast<__m512bh>(_mm512_loadu_si512(b)));
+  _mm512_storeu_ps(c, r);
+}
+#endif
+
+/// A bf16 value with a random sign and a random exponent in [lo, hi] (biased: 0 gives the
+/// denormals, 255 infinities and NaNs) and random mantissa bits.
+bfloat16 random_bf16(std::mt19937_64& g, int lo, int hi) {
+  const auto e = static_cast<std::uint16_t>(lo + static_cast<int>(g() % static_cast<std::uint64_t>(hi - lo + 1)));
+  return std::bit_cast<bfloat16>(static_cast<std::uint16_t>((g() & 0x8000u) | (e << 7) | (g() & 0x7Fu)));
+}
+
+/// What the AVX512-BF16 GEMM computes, written out from the lane model: K cut into
+/// ceil(K / 256) equal blocks; within a block the pairs (k, k + 1), k even, go through
+/// dpbf16_lane with k in the high halves (a zero pairs an odd block's last k); each block is
+/// added into C as c = fma(beta_k, c, alpha * ab), beta_k = beta for the first block
+/// (beta == 0: C is not read) and 1 after.
+template <class VA, class VB>
+Tensor<float> bf16_dot_gemm_model(float alpha, const VA& a, const VB& b, float beta, const Tensor<float>& c0) {
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const index_t blocks = (k + 255) / 256, kc = (k + blocks - 1) / blocks;
+  Tensor<float> c = c0;
+  const bfloat16 zero(0.0f);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t p0 = 0; p0 < k; p0 += kc) {
+        const index_t p1 = std::min(k, p0 + kc);
+        float ab = 0;
+        for (index_t p = p0; p < p1; p += 2) {
+          const bool pair = p + 1 < p1;
+          ab = dpbf16_lane(ab, pair ? a(i, p + 1) : zero, a(i, p), pair ? b(p + 1, j) : zero, b(p, j));
+        }
+        const float beta_k = p0 == 0 ? beta : 1.0f;
+        c(i, j) = beta_k == 0.0f ? alpha * ab : std::fma(beta_k, c(i, j), alpha * ab);
+      }
+  return c;
+}
+
+void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta, bool tb, float alpha, float beta,
+                                        int threads, int lo_exp, int hi_exp) {
+  std::mt19937_64 g(static_cast<std::uint64_t>(m * 1000003 + k * 1009 + n));
+  Tensor<bfloat16> a_store(ta ? Shape{k, m} : Shape{m, k}), b_store(tb ? Shape{n, k} : Shape{k, n});
+  for (auto& x : a_store) x = random_bf16(g, lo_exp, hi_exp);
+  for (auto& x : b_store) x = random_bf16(g, lo_exp, hi_exp);
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  const auto c0 = random_tensor<float>({m, n}, -1, 1, 5);
+  auto c = c0;
+  gemm<float>(alpha, a, b, beta, c, threads);
+  const auto want = bf16_dot_gemm_model(alpha, a, b, beta, c0);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      ASSERT_TRUE(same_bits(c(i, j), want(i, j)))
+          << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n << " exponents [" << lo_exp << ", " << hi_exp
+          << "]: " << c(i, j) << " vs the model's " << want(i, j);
+}
+
+}  // namespace
+
+TEST(GemmBf16Dot, TheInstructionMatchesItsScalarModel) {
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+#if PRECIS_X86_SIMD
+  // 2^20 lanes: exponents near 1 (rounding of every fma), tiny (fp32-denormal products and
+  // bf16 denormal inputs), anywhere (infinities and NaNs), exact cancellation, and accumulators
+  // that are denormal, zero or cancel the first product
+  std::mt19937_64 g(11);
+  long lanes = 0;
+  for (int it = 0; it < (1 << 16); ++it) {
+    alignas(64) float c[16], want[16];
+    alignas(64) std::uint32_t a[16], b[16];
+    for (int j = 0; j < 16; ++j) {
+      const int kind = static_cast<int>(g() % 8);
+      const int lo = kind < 4 ? 119 : 0, hi = kind < 4 ? 135 : kind < 7 ? 70 : 255;
+      bfloat16 a0 = random_bf16(g, lo, hi), a1 = random_bf16(g, lo, hi), b0 = random_bf16(g, lo, hi), b1 = random_bf16(g, lo, hi);
+      if (g() % 3 == 0) {  // a1 b1 = -a0 b0
+        a1 = a0;
+        b1 = -b0;
+      }
+      switch (g() % 4) {
+        case 0: c[j] = 0.0f; break;
+        case 1: c[j] = std::ldexp(static_cast<float>(g() % 1000), -130 - static_cast<int>(g() % 20)); break;
+        case 2: c[j] = -static_cast<float>(a1) * static_cast<float>(b1); break;
+        default: c[j] = std::ldexp(static_cast<float>(static_cast<int>(g() % 2001) - 1000), static_cast<int>(g() % 40) - 30);
+      }
+      a[j] = pair_bits(a0, a1);
+      b[j] = pair_bits(b0, b1);
+      want[j] = dpbf16_lane(c[j], a0, a1, b0, b1);
+    }
+    vdpbf16ps_16(c, a, b);
+    for (int j = 0; j < 16; ++j, ++lanes)
+      ASSERT_TRUE(same_bits(c[j], want[j])) << "lane " << lanes << ": vdpbf16ps gave " << c[j] << ", the model " << want[j];
+  }
+#endif
+}
+
+TEST(GemmBf16Dot, TheGemmComputesTheModelBitForBit) {
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  ASSERT_EQ(gemm_isa_in_use(), gemm_isa::avx512_bf16);
+  // ragged tiles (m, n not multiples of 12 and 32), odd K and odd K blocks, several K blocks,
+  // transposed views, alpha and beta, two threads; magnitudes near 1, tiny (fp32-denormal
+  // products, bf16 denormal inputs, partial sums that flush), and across the whole range
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 120, 133);
+        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 0, 72);
+      }
+  }
+  expect_bf16_dot_gemm_matches_model(50, 519, 70, false, false, -0.75f, 0.3f, 2, 110, 140);
+  expect_bf16_dot_gemm_matches_model(50, 519, 70, true, true, 1.25f, -1.0f, 2, 55, 70);
+  expect_bf16_dot_gemm_matches_model(25, 40, 45, false, true, 1.0f, 0.5f, 1, 0, 254);
+}
+
+TEST(GemmBf16Dot, BitIdenticalToTheFp32KernelsWithoutDenormals) {
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  // entries of magnitude >= 2^-30 (or 0): every product and partial sum is a multiple of 2^-76,
+  // far from fp32's denormals, so the pair order (k before k + 1) makes each lane the fp32
+  // kernels' fma chain
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {130, 785, 97}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor<bfloat16> a_store(ta ? Shape{k, m} : Shape{m, k}), b_store(tb ? Shape{n, k} : Shape{k, n});
+        fill_log_uniform(a_store, -30, 3, static_cast<std::uint64_t>(m + k), true);
+        fill_log_uniform(b_store, -30, 3, static_cast<std::uint64_t>(n + k), true);
+        const auto a = ta ? a_store.transpose() : a_store.view();
+        const auto b = tb ? b_store.transpose() : b_store.view();
+        const auto c0 = random_tensor<float>({m, n}, -1, 1, 9);
+        auto c_dot = c0, c_fma = c0;
+        gemm<float>(0.5f, a, b, 0.25f, c_dot, 2);
+        const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+        gemm<float>(0.5f, a, b, 0.25f, c_fma, 2);
+        limit_gemm_isa(before);
+        for (index_t i = 0; i < c_dot.size(); ++i)
+          ASSERT_EQ(std::memcmp(c_dot.data() + i, c_fma.data() + i, sizeof(float)), 0)
+              << "entry " << i << " of " << m << "x" << k << "x" << n << ": " << c_dot.data()[i] << " vs "
+              << c_fma.data()[i];
+      }
+  }
+}
+
+TEST(GemmBf16Dot, FlushesTheDenormalsTheFp32KernelsKeep) {
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  // a product that is an fp32 denormal (2^-64 * 2^-64 = 2^-128) is flushed to zero; a bf16
+  // denormal input (2^-130) is read as zero, whatever it is multiplied by
+  for (auto [x, y, exact] : {std::tuple{-64, -64, -128}, {-130, 100, -30}}) {
+    Tensor<bfloat16> a({1, 1}), b({1, 1});
+    a(0, 0) = bfloat16(std::ldexp(1.0f, x));
+    b(0, 0) = bfloat16(std::ldexp(1.0f, y));
+    Tensor<float> c_dot({1, 1}), c_fma({1, 1});
+    gemm<float>(1.0f, a, b, 0.0f, c_dot, 1);
+    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+    gemm<float>(1.0f, a, b, 0.0f, c_fma, 1);
+    limit_gemm_isa(before);
+    EXPECT_EQ(c_dot(0, 0), 0.0f) << "2^" << x << " * 2^" << y;
+    EXPECT_EQ(c_fma(0, 0), std::ldexp(1.0f, exact)) << "2^" << x << " * 2^" << y;
+    // within the documented bound: gamma_K |A||B| + K 2^-126 (1 + max |b|)
+    EXPECT_LE(std::ldexp(1.0, exact), std::ldexp(1.0, -126) * (1 + std::ldexp(1.0, y)));
+  }
+}
+
 TEST(GemmKernels, LimitAndReportTheInstructionSetLevel) {
   const gemm_isa available = gemm_isa_available();
   const gemm_isa before = limit_gemm_isa(gemm_isa::portable);
   EXPECT_EQ(gemm_isa_in_use(), gemm_isa::portable);
   // the portable kernel still computes within the bound
   run_case<float, float>(13, 40, 9, false, true, 1.0, 0.0, 1);
-  limit_gemm_isa(gemm_isa::avx512);
+  limit_gemm_isa(gemm_isa::avx512_bf16);
   EXPECT_EQ(gemm_isa_in_use(), available);  // a cap above the CPU's level gives the CPU's level
   limit_gemm_isa(before);
   EXPECT_STREQ(to_string(gemm_isa::avx2), "avx2");

@@ -106,7 +106,10 @@ struct def : policy::detail::tag<S> {
 /// with the same members runs the same definitions.
 class cpu {
  public:
-  cpu(Arena& temp, Arena& keep, bool saving) noexcept : temp_(&temp), keep_(&keep), saving_(saving) {}
+  /// max_isa caps the GEMM's instruction-set level (a policy's reproducible_gemm asks for the
+  /// kernels whose sums are the same on every level).
+  cpu(Arena& temp, Arena& keep, bool saving, gemm_isa max_isa = gemm_isa::avx512_bf16) noexcept
+      : temp_(&temp), keep_(&keep), saving_(saving), max_isa_(max_isa) {}
 
   /// Whether the forward's saved state will be used (false in eager calls and when no input
   /// needs a gradient): an op may skip keeping what only its backward reads.
@@ -159,7 +162,7 @@ class cpu {
     if constexpr (std::is_same_v<G, A>) {
       detail::gemm_blocked<A>(m, n, k, A(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
                               b.strides()[1], add ? A(1) : A(0), c.data(), c.strides()[0], c.strides()[1],
-                              detail::default_gemm_threads(m, n, k));
+                              detail::default_gemm_threads(m, n, k), max_isa_);
     } else {
       const index_t panel = std::max<index_t>(1, std::min<index_t>(m, (index_t{1} << 17) / std::max<index_t>(n, 1)));
       A* w = temp_->template allocate_array<A>(static_cast<std::size_t>(panel * n));
@@ -168,7 +171,7 @@ class cpu {
         const TensorView<A> wv(w, Shape{rows, n});
         detail::gemm_blocked<A>(rows, n, k, A(1), a.data() + i0 * a.strides()[0], a.strides()[0], a.strides()[1],
                                 b.data(), b.strides()[0], b.strides()[1], A(0), w, n, index_t{1},
-                                detail::default_gemm_threads(rows, n, k));
+                                detail::default_gemm_threads(rows, n, k), max_isa_);
         const auto ci = c.slice(0, i0, i0 + rows);
         if (add) {
           add_into<default_compute_t<A>>("precis::gemm", ci, wv.as_const());
@@ -195,6 +198,7 @@ class cpu {
   Arena* temp_;
   Arena* keep_;
   bool saving_;
+  gemm_isa max_isa_;
 };
 
 }  // namespace precis::op
@@ -256,6 +260,14 @@ auto plain_view(const V& v) {
   return TensorView<S>(v.data(), v.shape(), v.strides(), typename TensorView<S>::unchecked{});
 }
 
+/// The GEMM level policy P allows: all of them, or with P::reproducible_gemm only those whose
+/// sums are bit-identical across levels (no vdpbf16ps, which flushes denormals).
+template <class P>
+constexpr gemm_isa gemm_isa_for() {
+  if constexpr (requires { requires P::reproducible_gemm; }) return gemm_isa::avx512;
+  return gemm_isa::avx512_bf16;
+}
+
 /// Whether an op's state is stored in its tape node rather than in the arena.
 template <class St, class P>
 constexpr bool state_fits_node() {
@@ -268,7 +280,7 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using O = typename T::output;
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
-  const op::cpu ctx(t.scratch(), t.arena(), false);
+  const op::cpu ctx(t.scratch(), t.arena(), false, gemm_isa_for<P>());
   using G = grad_t<P, O>;
   const TensorView<const G> gy = grad_ref<const G, P>{&t, n.out};  // allocated (zero) if never reached
   const TensorView<const O> y = value_ref<O, P>{&t, n.out};
@@ -320,7 +332,7 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   }
   St st{a, {x.id()...}, {}};
   if constexpr (!detail::ad::view_op<Op>) {
-    const op::cpu ctx(t.scratch(), t.arena(), needs_grad);
+    const op::cpu ctx(t.scratch(), t.arena(), needs_grad, detail::ad::gemm_isa_for<P>());
     Op::template forward<T>(ctx, st.attrs, t.template value_view<O>(y.id()), st.saved, x.value()...);
   }
   if (y.requires_grad()) {
@@ -349,7 +361,7 @@ auto evaluate(const typename Op::attrs& a, const X&... x) {
     using O = typename T::output;
     auto y = Tensor<O>::uninitialized(Op::shape(a, as_view(x).shape()...));
     Arena temp, keep;
-    const op::cpu ctx(temp, keep, false);
+    const op::cpu ctx(temp, keep, false, detail::ad::gemm_isa_for<P>());
     typename Op::template saved<T> sv{};
     Op::template forward<T>(ctx, a, y.view(), sv, detail::ad::plain_view(as_view(x).as_const())...);
     return y;

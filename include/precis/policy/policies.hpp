@@ -81,6 +81,10 @@ struct basic_policy {
   static constexpr bool needs_loss_scaling = LossScaling;
   static constexpr bool per_tensor_scaling = false;
   static constexpr bool is_strict = false;
+  /// Whether GEMMs must give the same bits on every CPU: true keeps them on the kernels that sum
+  /// in IEEE fp32 with gradual underflow, false (the default) also allows the AVX512-BF16 one,
+  /// which flushes fp32 denormals to zero (tensor/gemm/kernel_avx512_bf16.hpp).
+  static constexpr bool reproducible_gemm = false;
   /// The classification this policy uses; hide it in a derived policy to reclassify ops.
   template <class Op>
   static constexpr safety safety_of = op_safety<Op>::value;
@@ -114,6 +118,13 @@ template <class P>
 struct strict : P {
   static constexpr bool is_strict = true;
   static std::string name() { return "strict<" + P::name() + ">"; }
+};
+
+/// P whose GEMMs give the same bits on every x86 CPU (see basic_policy::reproducible_gemm).
+template <class P>
+struct reproducible : P {
+  static constexpr bool reproducible_gemm = true;
+  static std::string name() { return "reproducible<" + P::name() + ">"; }
 };
 
 /// Diagnostics of strict<P>: the op, the type it would use, and a policy that is safe are the

@@ -6,7 +6,9 @@
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
 // register-tile kernel walks the packed panels. Threads split the rows in whole panels.
 //   Acc = float  : AVX-512F 12 x 32 tile, or AVX2+FMA 6 x 16 (bit-identical results); inputs
-//                  float, half, bfloat16, fp8, tf32, minifloat.
+//                  float, half, bfloat16, fp8, tf32, minifloat. bfloat16 x bfloat16 with
+//                  AVX512-BF16: a 12 x 32 vdpbf16ps tile on bf16 pairs, bit-identical to those
+//                  except that fp32 denormals are flushed to zero.
 //                  (float x float -> float goes to Eigen's product when the translation unit
 //                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
 //   Acc = double : AVX-512F 12 x 16 tile, or AVX2+FMA 6 x 8 (bit-identical results).
@@ -30,6 +32,7 @@
 #include "precis/tensor/elementwise.hpp"
 #include "precis/tensor/gemm/kernel_avx2.hpp"
 #include "precis/tensor/gemm/kernel_avx512.hpp"
+#include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -39,15 +42,19 @@ namespace precis {
 
 /// The instruction-set levels of the CPU GEMM's kernels, lowest first. The GEMM uses the
 /// highest level the CPU and the OS support, up to a cap: the environment variable
-/// PRECIS_GEMM_ISA (portable, avx2 or avx512) sets it at the first GEMM, limit_gemm_isa()
-/// changes it. The fp32 and fp64 kernels of every level give bit-identical results.
-enum class gemm_isa { portable, avx2, avx512 };
+/// PRECIS_GEMM_ISA (portable, avx2, avx512 or avx512_bf16) sets it at the first GEMM,
+/// limit_gemm_isa() changes it. The fp32 and fp64 kernels of every level give bit-identical
+/// results; avx512_bf16 adds a kernel for bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is
+/// bit-identical to them except that it flushes fp32 denormals to zero
+/// (tensor/gemm/kernel_avx512_bf16.hpp).
+enum class gemm_isa { portable, avx2, avx512, avx512_bf16 };
 
 inline const char* to_string(gemm_isa i) noexcept {
   switch (i) {
     case gemm_isa::portable: return "portable";
     case gemm_isa::avx2: return "avx2";
     case gemm_isa::avx512: return "avx512";
+    case gemm_isa::avx512_bf16: return "avx512_bf16";
   }
   return "?";
 }
@@ -56,12 +63,13 @@ namespace detail {
 
 inline gemm_isa gemm_isa_from_env() {
   const char* e = std::getenv("PRECIS_GEMM_ISA");
-  if (e == nullptr) return gemm_isa::avx512;
+  if (e == nullptr) return gemm_isa::avx512_bf16;
   const std::string v(e);
-  for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512}) {
+  for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512, gemm_isa::avx512_bf16}) {
     if (v == to_string(i)) return i;
   }
-  throw invalid_argument("precis::gemm: PRECIS_GEMM_ISA=\"" + v + "\"; expected portable, avx2 or avx512");
+  throw invalid_argument("precis::gemm: PRECIS_GEMM_ISA=\"" + v +
+                         "\"; expected portable, avx2, avx512 or avx512_bf16");
 }
 
 inline std::atomic<int>& gemm_isa_cap() {
@@ -74,6 +82,7 @@ inline std::atomic<int>& gemm_isa_cap() {
 /// The highest level this CPU (and its OS) supports.
 inline gemm_isa gemm_isa_available() noexcept {
 #if PRECIS_X86_SIMD
+  if (detail::cpu_has_avx512_bf16()) return gemm_isa::avx512_bf16;
   if (detail::cpu_has_avx512f()) return gemm_isa::avx512;
   if (detail::cpu_has_avx2_fma()) return gemm_isa::avx2;
 #endif
@@ -227,9 +236,13 @@ void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t
   }
 }
 
-template <class Acc>
-using tile_kernel_fn = void (*)(index_t, const Acc*, const Acc*, Acc*, index_t, index_t, index_t,
-                                index_t, Acc, Acc);
+/// A register-tile kernel over packed panels whose elements are P (Acc itself, or for the
+/// AVX512-BF16 kernel dwords holding a pair of bf16 values along k), and its blocking.
+template <class Acc, class P>
+struct gemm_kernel {
+  void (*tile)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc);
+  gemm_blocking bl;
+};
 
 template <class Acc>
 void generic_tile_kernel_by_value(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t rs_c,
@@ -237,11 +250,10 @@ void generic_tile_kernel_by_value(index_t kc, const Acc* a, const Acc* b, Acc* c
   generic_tile_kernel(kc, a, b, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
-/// Which kernel runs for Acc on this CPU, and its blocking.
+/// Which kernel runs for Acc at instruction-set level isa, and its blocking.
 template <class Acc>
-std::pair<tile_kernel_fn<Acc>, gemm_blocking> select_kernel() {
+gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
 #if PRECIS_X86_SIMD
-  const gemm_isa isa = gemm_isa_in_use();
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     if (isa >= gemm_isa::avx512) return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>()};
     if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
@@ -249,25 +261,21 @@ std::pair<tile_kernel_fn<Acc>, gemm_blocking> select_kernel() {
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
     if (isa >= gemm_isa::avx2) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
+#else
+  (void)isa;
 #endif
   return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};
 }
 
-/// C (Acc, any strides) = alpha * A B + beta * C for m x k A and k x n B of any storage.
-template <class Acc, class SA, class SB>
-void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t rsa,
-                  index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c,
-                  index_t rsc, index_t csc, int threads) {
-  if (m == 0 || n == 0) return;
-  const auto [kernel, bl] = select_kernel<Acc>();
-  if (k == 0) {  // C = beta * C, with beta == 0 writing zeros over whatever C held
-    for (index_t i = 0; i < m; ++i)
-      for (index_t j = 0; j < n; ++j) {
-        Acc& x = c[i * rsc + j * csc];
-        x = beta == Acc(0) ? Acc(0) : beta * x;
-      }
-    return;
-  }
+/// The blocked loops: C (Acc, any strides) = alpha * A B + beta * C for m x k A and k x n B,
+/// packed into panels of kern's element type and walked by its tile; k > 0.
+template <class Acc, class P, class SA, class SB>
+void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t k, Acc alpha, const SA* a,
+                 index_t rsa, index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c, index_t rsc,
+                 index_t csc, int threads) {
+  constexpr bool pairs = !std::is_same_v<Acc, P>;  // bf16 pairs: one kernel step per two k
+  const auto depth = [](index_t kc) { return pairs ? (kc + 1) / 2 : kc; };
+  const gemm_blocking bl = kern.bl;
   // Each thread owns a contiguous range of whole mr-row panels (balanced to one panel), cut
   // into blocks of at most bl.mc rows: no thread idles on a leftover block.
   const index_t m_panels = (m + bl.mr - 1) / bl.mr;
@@ -276,12 +284,12 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   // whose fixed per-tile cost is paid for a few k steps)
   const index_t k_blocks = (k + bl.kc - 1) / bl.kc;
   const index_t kc_max = (k + k_blocks - 1) / k_blocks;
-  Acc* bp = scratch<Acc, 0>(static_cast<std::size_t>(kc_max * nc_max));
+  P* bp = scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
   threads = static_cast<int>(std::min<index_t>(threads, m_panels));
 
   auto body = [&](int tid, int nthreads) {
-    Acc* ap = scratch<Acc, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * kc_max));
-    Acc* row = scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr})));
+    P* ap = scratch<P, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * depth(kc_max)));
+    Acc* row = pairs ? nullptr : scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr})));
     const index_t r0 = m_panels * tid / nthreads * bl.mr;
     const index_t r1 = std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
     // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each
@@ -293,21 +301,30 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
       const index_t panels = (nc + bl.nr - 1) / bl.nr;
       for (index_t pc = 0; pc < k; pc += kc_max) {
         const index_t kc = std::min(kc_max, k - pc);
+        const index_t d = depth(kc);
         const Acc beta_k = pc == 0 ? beta : Acc(1);
         // all threads pack their share of the B panels, then wait for each other
-        pack_b<Acc>(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp,
-                    panels * tid / nthreads, panels * (tid + 1) / nthreads, row);
+        const index_t p0 = panels * tid / nthreads, p1 = panels * (tid + 1) / nthreads;
+        if constexpr (pairs) {
+          pack_b_bf16_pairs(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp, p0, p1);
+        } else {
+          pack_b<Acc>(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp, p0, p1, row);
+        }
 #if defined(_OPENMP)
 #pragma omp barrier
 #endif
         for (index_t ic = r0; ic < r1; ic += mc) {
           const index_t mcb = std::min(mc, r1 - ic);
-          pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
+          if constexpr (pairs) {
+            pack_a_bf16_pairs(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap);
+          } else {
+            pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
+          }
           for (index_t jr = 0; jr < nc; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
             for (index_t ir = 0; ir < mcb; ir += bl.mr) {
-              kernel(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * rsc + (jc + jr) * csc, rsc,
-                     csc, std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
+              kern.tile(d, ap + ir * d, bp + jr * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+                        std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
             }
           }
         }
@@ -325,6 +342,35 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   }
 #endif
   body(0, 1);
+}
+
+/// C (Acc, any strides) = alpha * A B + beta * C for m x k A and k x n B of any storage, with
+/// the best kernel at or below instruction-set level max_isa (and the process's cap).
+template <class Acc, class SA, class SB>
+void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t rsa,
+                  index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c,
+                  index_t rsc, index_t csc, int threads, gemm_isa max_isa = gemm_isa::avx512_bf16) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // C = beta * C, with beta == 0 writing zeros over whatever C held
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        Acc& x = c[i * rsc + j * csc];
+        x = beta == Acc(0) ? Acc(0) : beta * x;
+      }
+    return;
+  }
+  const gemm_isa isa = std::min(gemm_isa_in_use(), max_isa);
+#if PRECIS_X86_SIMD
+  if constexpr (std::is_same_v<Acc, float> && std::is_same_v<remove_cv_t<SA>, bfloat16> &&
+                std::is_same_v<remove_cv_t<SB>, bfloat16>) {
+    if (isa >= gemm_isa::avx512_bf16) {
+      const gemm_kernel<float, std::uint32_t> kern{&avx512_bf16_tile_kernel, blocking_avx512<float>()};
+      gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
+      return;
+    }
+  }
+#endif
+  gemm_packed(select_kernel<Acc>(isa), m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
 }
 
 // Eigen's float/double product, when this translation unit lets Eigen use AVX2+FMA: measured

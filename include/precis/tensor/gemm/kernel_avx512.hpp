@@ -68,30 +68,15 @@ struct avx512_vec<double> {
   PRECIS_TARGET_AVX512 static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
 };
 
-/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C), kc steps; A_panel is 12 x kc
-/// (interleaved by k), B_panel kc x (2 * lanes), both zero-padded to the full tile, B's panel
-/// 64-byte aligned. beta == 0 does not read C.
+/// C[0:mr, 0:nr] = alpha * acc (+ beta * C): the 12 x (2 * lanes) accumulator tile written out,
+/// one multiply and (beta != 0) one fma per entry. beta == 0 does not read C.
 template <class T>
-PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
-                                             index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+PRECIS_TARGET_AVX512 inline void avx512_store_tile(const typename avx512_vec<T>::V (&acc)[12][2], T* c, index_t rs_c,
+                                                   index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
   using W = avx512_vec<T>;
   using V = typename W::V;
   constexpr int L = W::lanes;
   constexpr int R = 12;
-  V acc[R][2];
-#pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = W::zero();
-  for (index_t p = 0; p < kc; ++p) {
-    const V b0 = W::load(b), b1 = W::load(b + L);
-#pragma GCC unroll 12
-    for (int i = 0; i < R; ++i) {
-      const V ar = W::broadcast(a + i);
-      acc[i][0] = W::fma(ar, b0, acc[i][0]);
-      acc[i][1] = W::fma(ar, b1, acc[i][1]);
-    }
-    a += R;
-    b += 2 * L;
-  }
   const V va = W::set1(alpha);
   if (mr == R && nr == 2 * L && cs_c == 1) {
     const bool read_c = beta != T(0);
@@ -116,6 +101,33 @@ PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, 
     }
     tile_epilogue(ab, 2 * L, c, rs_c, cs_c, mr, nr, alpha, beta);
   }
+}
+
+/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C), kc steps; A_panel is 12 x kc
+/// (interleaved by k), B_panel kc x (2 * lanes), both zero-padded to the full tile, B's panel
+/// 64-byte aligned. beta == 0 does not read C.
+template <class T>
+PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                                             index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+  using W = avx512_vec<T>;
+  using V = typename W::V;
+  constexpr int L = W::lanes;
+  constexpr int R = 12;
+  V acc[R][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = W::zero();
+  for (index_t p = 0; p < kc; ++p) {
+    const V b0 = W::load(b), b1 = W::load(b + L);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const V ar = W::broadcast(a + i);
+      acc[i][0] = W::fma(ar, b0, acc[i][0]);
+      acc[i][1] = W::fma(ar, b1, acc[i][1]);
+    }
+    a += R;
+    b += 2 * L;
+  }
+  avx512_store_tile<T>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
 }  // namespace precis::detail

@@ -1,0 +1,140 @@
+// AVX512-BF16 register-tile kernel for the blocked GEMM of bfloat16 inputs into fp32: a 12 x 32
+// tile of fp32 accumulators fed by vdpbf16ps, which multiplies 16 pairs of bf16 values and adds
+// both products into each fp32 lane: twice the multiply-adds of an fp32 FMA per instruction.
+//
+// What vdpbf16ps computes (Intel SDM, VDPBF16PS; checked bit for bit against a scalar model on
+// 2 million random lanes, subnormals, infinities and NaNs included, on the machines in
+// docs/benchmarks.md), for the lane's accumulator c and the pairs (a0, a1), (b0, b1) of a dword:
+//     c = ftz(fma(daz(a1), daz(b1), daz(c)))     the high (odd) halves first,
+//     c = ftz(fma(daz(a0), daz(b0), c))          then the low (even) halves,
+// each an fp32 fused multiply-add rounded to nearest even (the product of two bf16 values is
+// exact in fp32 unless it underflows), with denormal inputs read as zero (daz) and denormal
+// results flushed to zero (ftz), whatever MXCSR says.
+//
+// The packing puts element k of each pair in the high half and k + 1 in the low half, so every
+// lane is the same chain of fused multiply-adds, in the same k order, as the fp32 kernels'
+// (kernel_avx2.hpp, kernel_avx512.hpp) on the same bf16 values widened to fp32, and the driver
+// cuts K into the same blocks. The results are therefore bit-identical to the fp32 kernels'
+// whenever no input, product or partial sum is an fp32 denormal (|x| < 2^-126); where one is,
+// this kernel reads or writes zero where the fp32 kernels keep gradual underflow. Each such
+// flush moves an entry by less than 2^-126 (an input read as zero: by |a b| < 2^-126 |b|), so
+// the error bound is the fp32 kernels' gamma_K |A||B| plus K * 2^-126 * (1 + max |b|) at most.
+// A policy with reproducible_gemm (or PRECIS_GEMM_ISA=avx512) uses the fp32 kernels instead.
+#pragma once
+
+#include "precis/config.hpp"
+
+#if PRECIS_X86_SIMD
+
+#include <algorithm>
+#include <bit>
+#include <cpuid.h>
+#include <cstdint>
+#include <immintrin.h>
+
+#include "precis/format/bfloat16.hpp"
+#include "precis/tensor/gemm/kernel_avx512.hpp"
+
+#define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,f16c,fma")))
+
+namespace precis::detail {
+
+/// AVX512-BF16 usable: AVX-512F usable and CPUID.(EAX=7, ECX=1):EAX bit 5.
+inline bool cpu_has_avx512_bf16() noexcept {
+  static const bool ok = [] {
+    if (!cpu_has_avx512f()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) return false;  // no sub-leaf 1
+    __cpuid_count(7, 1, a, b, c, d);
+    return ((a >> 5) & 1u) != 0;
+  }();
+  return ok;
+}
+
+/// The dword of a pair: `first` (element k) in the high half, `second` (k + 1) in the low one,
+/// so vdpbf16ps adds first's product before second's.
+inline std::uint32_t bf16_pair(std::uint16_t first, std::uint16_t second) noexcept {
+  return (std::uint32_t{first} << 16) | second;
+}
+
+inline std::uint16_t bf16_bits(const bfloat16& x) noexcept { return std::bit_cast<std::uint16_t>(x); }
+
+/// Packs rows [0, mc) x cols [0, kc) of bf16 A (row stride rs, column stride cs) into mr-row
+/// panels of ceil(kc / 2) pair dwords per row, interleaved by pair; rows and an odd k are padded
+/// with zeros.
+inline void pack_a_bf16_pairs(const bfloat16* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t mr,
+                              std::uint32_t* dst) {
+  const index_t kp = (kc + 1) / 2, even = kc / 2;
+  for (index_t i0 = 0; i0 < mc; i0 += mr) {
+    std::uint32_t* panel = dst + i0 * kp;
+    const index_t rows = std::min(mr, mc - i0);
+    for (index_t r = 0; r < mr; ++r) {
+      if (r >= rows) {
+        for (index_t q = 0; q < kp; ++q) panel[q * mr + r] = 0;
+        continue;
+      }
+      const bfloat16* x = a + (i0 + r) * rs;
+      for (index_t q = 0; q < even; ++q) panel[q * mr + r] = bf16_pair(bf16_bits(x[2 * q * cs]), bf16_bits(x[(2 * q + 1) * cs]));
+      if (kp != even) panel[even * mr + r] = bf16_pair(bf16_bits(x[(kc - 1) * cs]), 0);
+    }
+  }
+}
+
+/// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of ceil(kc / 2) x nr pair
+/// dwords each (row-major by pair), zero-padded; panels [p0, p1) only, so threads can share the
+/// work.
+inline void pack_b_bf16_pairs(const bfloat16* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t nr,
+                              std::uint32_t* dst, index_t p0, index_t p1) {
+  const index_t kp = (kc + 1) / 2;
+  for (index_t pj = p0; pj < p1; ++pj) {
+    const index_t j0 = pj * nr;
+    const index_t cols = std::min(nr, nc - j0);
+    std::uint32_t* panel = dst + j0 * kp;
+    for (index_t q = 0; q < kp; ++q) {
+      std::uint32_t* out = panel + q * nr;
+      const bfloat16* r0 = b + 2 * q * rs + j0 * cs;
+      if (2 * q + 1 < kc) {
+        const bfloat16* r1 = r0 + rs;
+        if (cs == 1) {  // dense rows: a loop the compiler vectorizes
+          for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c]), bf16_bits(r1[c]));
+        } else {
+          for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c * cs]), bf16_bits(r1[c * cs]));
+        }
+      } else {
+        for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c * cs]), 0);
+      }
+      for (index_t c = cols; c < nr; ++c) out[c] = 0;
+    }
+  }
+}
+
+/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) over kp pairs of k; A_panel is
+/// 12 x kp pair dwords (interleaved by pair), B_panel kp x 32 pair dwords, both zero-padded to
+/// the full tile, B's panel 64-byte aligned. beta == 0 does not read C.
+PRECIS_TARGET_AVX512_BF16 inline void avx512_bf16_tile_kernel(index_t kp, const std::uint32_t* __restrict a,
+                                                              const std::uint32_t* __restrict b, float* c, index_t rs_c,
+                                                              index_t cs_c, index_t mr, index_t nr, float alpha,
+                                                              float beta) {
+  constexpr int R = 12;
+  __m512 acc[R][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (index_t q = 0; q < kp; ++q) {
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
+    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const __m512bh ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ar);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, ar);
+    }
+    a += R;
+    b += 32;
+  }
+  avx512_store_tile<float>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+}  // namespace precis::detail
+
+#endif  // PRECIS_X86_SIMD
