@@ -2,7 +2,7 @@
 //
 // Same results as precis::round_to applied element by element, bit for bit. float <-> fp16,
 // bf16, tf32, fp8 and other small formats take AVX2/F16C kernels when the CPU has them
-// (checked once at run time); everything else, and every CPU without them, takes the portable
+// (checked once at run time; float <-> bf16 to nearest takes AVX-512F ones where it exists); everything else, and every CPU without them, takes the portable
 // scalar path. Stochastic rounding draws one 64-bit value per element, in order, so results
 // depend only on the seed.
 #pragma once
@@ -89,7 +89,12 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
     using bf = bit_format<To>;
     if constexpr (avx2_encodable(bf::lay) && sizeof(To) == sizeof(typename bf::bits_type)) {
       if (cpu_has_avx2_f16c()) {
-        done = encode_avx2<bf::lay>(src, reinterpret_cast<typename bf::bits_type*>(dst), n, mode, ov);
+        if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
+          if (mode == rounding::nearest_even && ov == overflow::infinity && cpu_has_avx512f()) {
+            done = float_to_bf16_nearest_avx512(src, reinterpret_cast<std::uint16_t*>(dst), n);
+          }
+        }
+        done += encode_avx2<bf::lay>(src + done, reinterpret_cast<typename bf::bits_type*>(dst) + done, n - done, mode, ov);
         simd = true;
       }
     }
@@ -98,8 +103,11 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
     using bf = bit_format<From>;
     if constexpr (avx2_decodable(bf::lay) && sizeof(From) == sizeof(typename bf::bits_type)) {
       if (cpu_has_avx2_f16c()) {
-        done = decode_to_float_avx2<bf::lay>(reinterpret_cast<const typename bf::bits_type*>(src),
-                                             dst, n);
+        const auto* bits = reinterpret_cast<const typename bf::bits_type*>(src);
+        if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
+          if (cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
+        }
+        done += decode_to_float_avx2<bf::lay>(bits + done, dst + done, n - done);
         simd = true;
       }
     }

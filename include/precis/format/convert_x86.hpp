@@ -21,6 +21,7 @@
 // Functions compiled for AVX2/F16C/FMA whatever the translation unit's flags (also used by the
 // GEMM kernels); only called after a run-time CPU check.
 #define PRECIS_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define PRECIS_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c,fma")))
 
 namespace precis::detail {
 
@@ -38,6 +39,22 @@ inline bool cpu_has_avx2_f16c() noexcept {
     if (__get_cpuid_max(0, nullptr) < 7) return false;
     __cpuid_count(7, 0, a, b, c, d);
     return ((b >> 5) & 1u) != 0;  // AVX2
+  }();
+  return ok;
+}
+
+/// AVX-512F usable (with AVX2, F16C and FMA): the CPU has it and the OS saves the opmask and zmm
+/// state (XCR0 bits 5-7).
+inline bool cpu_has_avx512f() noexcept {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d) || ((c >> 12) & 1u) == 0) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (((b >> 16) & 1u) == 0) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    return (xcr0_lo & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
   }();
   return ok;
 }
@@ -190,6 +207,48 @@ PRECIS_TARGET_AVX2 std::size_t encode_e8_from_float_avx2(const float* src, Bits*
   return i;
 }
 
+// The AVX-512 shifts, widenings and narrowings below are the zero-masked forms with a full
+// mask (the same instructions): GCC 12's unmasked forms pass _mm512_undefined_epi32() through,
+// which it then reports as "may be used uninitialized" once inlined (a false positive).
+constexpr __mmask16 all16 = 0xFFFF;
+/// float -> bf16 rounded to nearest even with IEEE overflow, 16 lanes at a time: the AVX-512
+/// form of encode_e8_from_float_avx2 for that case (the common one: every bf16 activation and
+/// gradient of a mixed-precision step), bit-identical to it.
+PRECIS_TARGET_AVX512 inline std::size_t float_to_bf16_nearest_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i exp_inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i half_minus_1 = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i nan_bits = _mm512_set1_epi32(0x7fc0);
+  const __m512i payload_mask = _mm512_set1_epi32(0x3fffff);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_loadu_si512(src + i);
+    const __m512i a = _mm512_and_si512(x, abs_mask);
+    const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(all16, a, 16), one);
+    __m512i bits = _mm512_maskz_srli_epi32(all16, _mm512_add_epi32(a, _mm512_add_epi32(half_minus_1, odd)), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(a, exp_inf);
+    bits = _mm512_mask_mov_epi32(bits, is_nan, _mm512_or_si512(nan_bits, _mm512_maskz_srli_epi32(all16, _mm512_and_si512(a, payload_mask), 16)));
+    bits = _mm512_or_si512(bits, _mm512_maskz_srli_epi32(all16, _mm512_maskz_andnot_epi32(all16, abs_mask, x), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_maskz_cvtepi32_epi16(all16, bits));
+  }
+  return i;
+}
+
+/// bf16 -> float, 16 lanes at a time (a shift, NaNs quieted): decode_to_float_avx2's AVX-512
+/// form for bf16, bit-identical to it.
+PRECIS_TARGET_AVX512 inline std::size_t bf16_to_float_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i exp_inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i f = _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(f, abs_mask), exp_inf);
+    _mm512_storeu_si512(dst + i, _mm512_mask_or_epi32(f, is_nan, f, quiet));
+  }
+  return i;
+}
 /// float -> half with F16C's vcvtps2ph, which rounds in any of the four IEEE modes (the
 /// immediate selects it) and overflows to infinity exactly as IEEE 754 specifies.
 template <rounding Mode>

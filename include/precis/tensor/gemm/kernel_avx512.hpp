@@ -18,24 +18,8 @@
 
 #include "precis/tensor/gemm/kernel_avx2.hpp"
 
-#define PRECIS_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c,fma")))
 
 namespace precis::detail {
-
-/// AVX-512F usable: the CPU has it and the OS saves the opmask and zmm state (XCR0 bits 5-7).
-inline bool cpu_has_avx512f() noexcept {
-  static const bool ok = [] {
-    if (!cpu_has_avx2_fma() || __get_cpuid_max(0, nullptr) < 7) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (((b >> 16) & 1u) == 0) return false;
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    (void)xcr0_hi;
-    return (xcr0_lo & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
-  }();
-  return ok;
-}
 
 template <class T>
 struct avx512_vec;

@@ -27,9 +27,9 @@
 #if PRECIS_X86_SIMD
 
 #include <algorithm>
-#include <bit>
 #include <cpuid.h>
 #include <cstdint>
+#include <cstring>
 #include <immintrin.h>
 
 #include "precis/format/bfloat16.hpp"
@@ -58,25 +58,52 @@ inline std::uint32_t bf16_pair(std::uint16_t first, std::uint16_t second) noexce
   return (std::uint32_t{first} << 16) | second;
 }
 
-inline std::uint16_t bf16_bits(const bfloat16& x) noexcept { return std::bit_cast<std::uint16_t>(x); }
+/// The bits of n bf16 values (bfloat16 is a standard-layout wrapper of its 16 bits).
+inline const std::uint16_t* bf16_bits(const bfloat16* p) noexcept { return reinterpret_cast<const std::uint16_t*>(p); }
+
+/// Two bf16 values adjacent in memory, x[0] (element k) and x[1] (k + 1), as a pair dword:
+/// one 32-bit load with its halves swapped.
+inline std::uint32_t bf16_adjacent_pair(const std::uint16_t* x) noexcept {
+  std::uint32_t v;
+  std::memcpy(&v, x, sizeof v);
+  return (v << 16) | (v >> 16);
+}
 
 /// Packs rows [0, mc) x cols [0, kc) of bf16 A (row stride rs, column stride cs) into mr-row
 /// panels of ceil(kc / 2) pair dwords per row, interleaved by pair; rows and an odd k are padded
 /// with zeros.
-inline void pack_a_bf16_pairs(const bfloat16* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t mr,
-                              std::uint32_t* dst) {
+PRECIS_TARGET_AVX512_BF16 inline void pack_a_bf16_pairs(const bfloat16* a_, index_t rs, index_t cs, index_t mc,
+                                                         index_t kc, index_t mr, std::uint32_t* dst) {
+  const std::uint16_t* a = bf16_bits(a_);
   const index_t kp = (kc + 1) / 2, even = kc / 2;
   for (index_t i0 = 0; i0 < mc; i0 += mr) {
     std::uint32_t* panel = dst + i0 * kp;
     const index_t rows = std::min(mr, mc - i0);
+    if (rs == 1 && cs != 1 && rows == mr) {
+      // column-major A (a transposed view): the panel's rows are adjacent in each column
+      const std::uint16_t* x = a + i0;
+      for (index_t q = 0; q < even; ++q) {
+        const std::uint16_t* c0 = x + 2 * q * cs;
+        const std::uint16_t* c1 = c0 + cs;
+        for (index_t r = 0; r < mr; ++r) panel[q * mr + r] = bf16_pair(c0[r], c1[r]);
+      }
+      if (kp != even) {
+        for (index_t r = 0; r < mr; ++r) panel[even * mr + r] = bf16_pair(x[(kc - 1) * cs + r], 0);
+      }
+      continue;
+    }
     for (index_t r = 0; r < mr; ++r) {
       if (r >= rows) {
         for (index_t q = 0; q < kp; ++q) panel[q * mr + r] = 0;
         continue;
       }
-      const bfloat16* x = a + (i0 + r) * rs;
-      for (index_t q = 0; q < even; ++q) panel[q * mr + r] = bf16_pair(bf16_bits(x[2 * q * cs]), bf16_bits(x[(2 * q + 1) * cs]));
-      if (kp != even) panel[even * mr + r] = bf16_pair(bf16_bits(x[(kc - 1) * cs]), 0);
+      const std::uint16_t* x = a + (i0 + r) * rs;
+      if (cs == 1) {
+        for (index_t q = 0; q < even; ++q) panel[q * mr + r] = bf16_adjacent_pair(x + 2 * q);
+      } else {
+        for (index_t q = 0; q < even; ++q) panel[q * mr + r] = bf16_pair(x[2 * q * cs], x[(2 * q + 1) * cs]);
+      }
+      if (kp != even) panel[even * mr + r] = bf16_pair(x[(kc - 1) * cs], 0);
     }
   }
 }
@@ -84,27 +111,46 @@ inline void pack_a_bf16_pairs(const bfloat16* a, index_t rs, index_t cs, index_t
 /// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of ceil(kc / 2) x nr pair
 /// dwords each (row-major by pair), zero-padded; panels [p0, p1) only, so threads can share the
 /// work.
-inline void pack_b_bf16_pairs(const bfloat16* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t nr,
-                              std::uint32_t* dst, index_t p0, index_t p1) {
-  const index_t kp = (kc + 1) / 2;
+PRECIS_TARGET_AVX512_BF16 inline void pack_b_bf16_pairs(const bfloat16* b_, index_t rs, index_t cs, index_t kc,
+                                                         index_t nc, index_t nr, std::uint32_t* dst, index_t p0,
+                                                         index_t p1) {
+  const std::uint16_t* b = bf16_bits(b_);
+  const index_t kp = (kc + 1) / 2, even = kc / 2;
   for (index_t pj = p0; pj < p1; ++pj) {
     const index_t j0 = pj * nr;
     const index_t cols = std::min(nr, nc - j0);
     std::uint32_t* panel = dst + j0 * kp;
+    if (rs == 1 && cs != 1) {
+      // column-major B (a transposed view): each column is dense along k
+      for (index_t c = 0; c < nr; ++c) {
+        if (c >= cols) {
+          for (index_t q = 0; q < kp; ++q) panel[q * nr + c] = 0;
+          continue;
+        }
+        const std::uint16_t* x = b + (j0 + c) * cs;
+        for (index_t q = 0; q < even; ++q) panel[q * nr + c] = bf16_adjacent_pair(x + 2 * q);
+        if (kp != even) panel[even * nr + c] = bf16_pair(x[kc - 1], 0);
+      }
+      continue;
+    }
     for (index_t q = 0; q < kp; ++q) {
       std::uint32_t* out = panel + q * nr;
-      const bfloat16* r0 = b + 2 * q * rs + j0 * cs;
-      if (2 * q + 1 < kc) {
-        const bfloat16* r1 = r0 + rs;
-        if (cs == 1) {  // dense rows: a loop the compiler vectorizes
-          for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c]), bf16_bits(r1[c]));
-        } else {
-          for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c * cs]), bf16_bits(r1[c * cs]));
+      const std::uint16_t* r0 = b + 2 * q * rs + j0 * cs;
+      const std::uint16_t* r1 = r0 + rs;
+      const bool pair = q < even;
+      index_t c = 0;
+      if (cs == 1 && nr == 32) {
+        // dense rows: 16 columns at a time, widened to dwords, the first row shifted high (the
+        // zero-masked forms: see all16 in convert_x86.hpp)
+        for (; c + 16 <= cols; c += 16) {
+          const __m512i hi = _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c))), 16);
+          const __m512i lo = pair ? _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c)))
+                                  : _mm512_setzero_si512();
+          _mm512_storeu_si512(out + c, _mm512_or_si512(hi, lo));
         }
-      } else {
-        for (index_t c = 0; c < cols; ++c) out[c] = bf16_pair(bf16_bits(r0[c * cs]), 0);
       }
-      for (index_t c = cols; c < nr; ++c) out[c] = 0;
+      for (; c < cols; ++c) out[c] = bf16_pair(r0[c * cs], pair ? r1[c * cs] : std::uint16_t{0});
+      for (; c < nr; ++c) out[c] = 0;
     }
   }
 }
