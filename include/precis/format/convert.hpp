@@ -2,7 +2,8 @@
 //
 // Same results as precis::round_to applied element by element, bit for bit. float <-> fp16,
 // bf16, tf32, fp8 and other small formats take AVX2/F16C kernels when the CPU has them
-// (checked once at run time; float <-> bf16 to nearest takes AVX-512F ones where it exists); everything else, and every CPU without them, takes the portable
+// (checked once at run time; float <-> fp16, and float <-> bf16 to nearest, take AVX-512F ones
+// where it exists); everything else, and every CPU without them, takes the portable
 // scalar path. Stochastic rounding draws one 64-bit value per element, in order, so results
 // depend only on the seed.
 #pragma once
@@ -52,7 +53,9 @@ std::size_t encode_avx2_dispatch_ov(const float* src, Bits* dst, std::size_t n, 
     case overflow::infinity:
       if constexpr (L.has_infinity()) {
         if constexpr (L == layout{5, 10, encoding::ieee}) {
-          return float_to_half_f16c<Mode>(src, reinterpret_cast<std::uint16_t*>(dst), n);
+          auto* h = reinterpret_cast<std::uint16_t*>(dst);
+          const std::size_t wide = cpu_has_avx512f() ? float_to_half_avx512<Mode>(src, h, n) : 0;
+          return wide + float_to_half_f16c<Mode>(src + wide, h + wide, n - wide);
         } else {
           return encode_avx2_kernel<L, Mode, overflow::infinity>(src, dst, n);
         }
@@ -106,6 +109,8 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
         const auto* bits = reinterpret_cast<const typename bf::bits_type*>(src);
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
           if (cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
+        } else if constexpr (bf::lay == layout{5, 10, encoding::ieee}) {
+          if (cpu_has_avx512f()) done = half_to_float_avx512(bits, dst, n);
         }
         done += decode_to_float_avx2<bf::lay>(bits + done, dst + done, n - done);
         simd = true;

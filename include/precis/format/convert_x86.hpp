@@ -249,6 +249,36 @@ PRECIS_TARGET_AVX512 inline std::size_t bf16_to_float_avx512(const std::uint16_t
   }
   return i;
 }
+/// float -> half and half -> float with AVX-512F's vcvtps2ph / vcvtph2ps, 16 lanes at a time:
+/// float_to_half_f16c's and decode_to_float_avx2's AVX-512 forms, bit-identical to them.
+template <rounding Mode>
+PRECIS_TARGET_AVX512 std::size_t float_to_half_avx512(const float* src, std::uint16_t* dst, std::size_t n) {
+  constexpr int imm = Mode == rounding::nearest_even  ? _MM_FROUND_TO_NEAREST_INT
+                      : Mode == rounding::toward_zero ? _MM_FROUND_TO_ZERO
+                      : Mode == rounding::upward      ? _MM_FROUND_TO_POS_INF
+                                                      : _MM_FROUND_TO_NEG_INF;
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_maskz_cvtps_ph(all16, _mm512_loadu_ps(src + i), imm | _MM_FROUND_NO_EXC));
+  }
+  return i;
+}
+
+PRECIS_TARGET_AVX512 inline std::size_t half_to_float_avx512(const std::uint16_t* src, float* dst, std::size_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i exp_inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i f = _mm512_castps_si512(
+        _mm512_maskz_cvtph_ps(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(f, abs_mask), exp_inf);
+    _mm512_storeu_si512(dst + i, _mm512_mask_or_epi32(f, is_nan, f, quiet));
+  }
+  return i;
+}
+
 /// float -> half with F16C's vcvtps2ph, which rounds in any of the four IEEE modes (the
 /// immediate selects it) and overflows to infinity exactly as IEEE 754 specifies.
 template <rounding Mode>
