@@ -11,6 +11,18 @@
 
 namespace precis::op {
 
+/// n contiguous values as type R: p itself when they are R, otherwise a temporary converted in
+/// bulk (exactly, where R holds every value of S).
+template <class R, class Ctx, class S>
+const R* contiguous_in(const Ctx& ctx, const S* p, index_t n) {
+  if constexpr (std::is_same_v<detail::remove_cv_t<S>, R>) {
+    return p;
+  } else {
+    R* buf = ctx.template temp<R>(Shape{n}).data();
+    return detail::load_run<R>(p, n, 1, buf);
+  }
+}
+
 /// (x - mean) / sqrt(var + eps) gamma + beta over the last axis (biased variance). A row's mean
 /// and variance are summed in the accumulator and kept (mean, 1/sqrt(var + eps)) for the
 /// backward; the normalization itself is element-wise in the arithmetic type.
@@ -44,22 +56,40 @@ struct layer_norm : def<policy::safety::needs_wide> {
     const auto x = ctx.template as<detail::remove_const_t<X>>(x_, true);
     const index_t d = x.shape().back(), rows = x.size() / d;
     Acc* stats = ctx.template keep_array<Acc>(2 * rows);
-    for (index_t i = 0; i < rows; ++i) {
-      const X* r = x.data() + i * d;
-      const Acc mu = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(d)));
-      const Acc var = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise,
-                                                 [mu](const Acc& v) { return Acc((v - mu) * (v - mu)); }) /
-                          Acc(static_cast<double>(d)));
-      using std::sqrt;
-      const R rstd = R(1) / sqrt(R(detail::ad::ld<R>(var) + R(a.eps)));
-      stats[2 * i] = mu;
-      stats[2 * i + 1] = detail::store<Acc>(rstd);
-      const R m = detail::ad::ld<R>(mu), rs = detail::ad::ld<R>(stats[2 * i + 1]);
-      for (index_t j = 0; j < d; ++j) {
-        y.data()[i * d + j] =
-            detail::store<O>(R((detail::ad::ld<R>(r[j]) - m) * rs * detail::ad::ld<R>(gamma(j)) + detail::ad::ld<R>(beta(j))));
-      }
+    // x and y in R, converted and rounded in bulk where they are stored in another type (x
+    // widens exactly, so the sums see the same values)
+    const R* xr = contiguous_in<R>(ctx, x.data(), x.size());
+    R* yr = nullptr;
+    if constexpr (std::is_same_v<O, R>) {
+      yr = y.data();
+    } else {
+      yr = ctx.template temp<R>(y.shape()).data();
     }
+    R* gm = ctx.template temp<R>(Shape{2 * d}).data();  // gamma, then beta
+    R* bt = gm + d;
+    for (index_t j = 0; j < d; ++j) {
+      gm[j] = detail::ad::ld<R>(gamma(j));
+      bt[j] = detail::ad::ld<R>(beta(j));
+    }
+    const double eps = a.eps;
+    // rows are independent: split them over threads (each row's sums are unchanged)
+    detail::parallel_ranges(rows, detail::threads_for(x.size(), index_t{1} << 14), [&](index_t i0, index_t i1) {
+      for (index_t i = i0; i < i1; ++i) {
+        const R* r = xr + i * d;
+        const Acc mu = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(d)));
+        const Acc var = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise,
+                                                   [mu](const Acc& v) { return Acc((v - mu) * (v - mu)); }) /
+                            Acc(static_cast<double>(d)));
+        using std::sqrt;
+        const R rstd = R(1) / sqrt(R(detail::ad::ld<R>(var) + R(eps)));
+        stats[2 * i] = mu;
+        stats[2 * i + 1] = detail::store<Acc>(rstd);
+        const R m = detail::ad::ld<R>(mu), rs = detail::ad::ld<R>(stats[2 * i + 1]);
+        R* out = yr + i * d;
+        for (index_t j = 0; j < d; ++j) out[j] = R((r[j] - m) * rs * gm[j] + bt[j]);
+        if constexpr (!std::is_same_v<O, R>) detail::store_run(out, y.data() + i * d, d, 1);
+      }
+    });
     sv.stats = stats;
   }
 
@@ -75,16 +105,20 @@ struct layer_norm : def<policy::safety::needs_wide> {
     const index_t d = x.shape().back(), rows = x.size() / d;
     const auto dgamma = ctx.template zeros<Acc>(Shape{d});
     const auto dbeta = ctx.template zeros<Acc>(Shape{d});
-    const auto row = ctx.template temp<R>(Shape{2, d});  // xhat, dxhat of one row
+    const auto row = ctx.template temp<R>(Shape{3, d});  // xhat, dxhat, dx of one row
+    const R* xr = contiguous_in<R>(ctx, x.data(), x.size());
+    const R* gyr = contiguous_in<R>(ctx, gy.data(), gy.size());
+    const auto gam = ctx.template temp<R>(Shape{d});
+    for (index_t j = 0; j < d; ++j) gam(j) = detail::ad::ld<R>(gamma(j));
     for (index_t i = 0; i < rows; ++i) {
       const R mu = detail::ad::ld<R>(sv.stats[2 * i]), rstd = detail::ad::ld<R>(sv.stats[2 * i + 1]);
       Acc m1(0), m2(0);  // sums of dxhat and dxhat xhat
       for (index_t j = 0; j < d; ++j) {
-        const R xh = R(detail::ad::ld<R>(x.data()[i * d + j]) - mu) * rstd;
-        const R gv = detail::ad::ld<R>(gy.data()[i * d + j]);
+        const R xh = R(xr[i * d + j] - mu) * rstd;
+        const R gv = gyr[i * d + j];
         dgamma.data()[j] += detail::store<Acc>(R(gv * xh));
         dbeta.data()[j] += detail::store<Acc>(gv);
-        const R dxh = gv * detail::ad::ld<R>(gamma(j));
+        const R dxh = gv * gam(j);
         row(0, j) = xh;
         row(1, j) = dxh;
         m1 += detail::store<Acc>(dxh);
@@ -92,10 +126,14 @@ struct layer_norm : def<policy::safety::needs_wide> {
       }
       if (gx.data()) {
         const R inv_d = R(1) / R(static_cast<double>(d)), s1 = detail::ad::ld<R>(m1), s2 = detail::ad::ld<R>(m2);
-        for (index_t j = 0; j < d; ++j) {
-          GX& gij = gx.data()[i * d + j];
-          const R dx = rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
-          gij = detail::store<GX>(R(detail::ad::ld<R>(gij) + dx));
+        GX* gi = gx.data() + i * d;
+        if constexpr (std::is_same_v<GX, R>) {
+          for (index_t j = 0; j < d; ++j) gi[j] += rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+        } else {
+          const R* old = detail::load_run<R>(gi, d, 1, &row(2, 0));
+          R* dx = &row(2, 0);
+          for (index_t j = 0; j < d; ++j) dx[j] = R(old[j] + rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          detail::store_run(dx, gi, d, 1);
         }
       }
     }
