@@ -91,13 +91,26 @@ TYPED_TEST(Gemm, WideAndGenericAccumulators) {
   }
 }
 
-TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
-  const auto a = random_tensor<bfloat16>({301, 517}, -1, 1, 1);
-  const auto b = random_tensor<bfloat16>({517, 259}, -1, 1, 2);
-  Tensor<float> c1({301, 259}), c2({301, 259});
+template <class S>
+void expect_thread_counts_identical(index_t m, index_t k, index_t n) {
+  const auto a = random_tensor<S>({m, k}, -1, 1, 1);
+  const auto b = random_tensor<S>({k, n}, -1, 1, 2);
+  Tensor<float> c1({m, n}), c2({m, n});
   gemm<float>(1.0f, a, b, 0.0f, c1, 1);
   gemm<float>(1.0f, a, b, 0.0f, c2, 2);
-  EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin()));
+  EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin())) << m << "x" << k << "x" << n;
+}
+
+TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
+  // two threads split the columns (n = 259: 9 panels of 32) or, with fewer panels, the rows
+  // (n = 40); K in unequal blocks (517 = 173 + 173 + 171), several N blocks (3100 > nc)
+  expect_thread_counts_identical<bfloat16>(301, 517, 259);
+  expect_thread_counts_identical<float>(301, 517, 259);
+  expect_thread_counts_identical<float>(301, 517, 40);
+  for (int rep = 0; rep < 3; ++rep) {
+    expect_thread_counts_identical<half>(150, 700, 3100);
+    expect_thread_counts_identical<bfloat16>(150, 700, 3100);
+  }
 }
 
 TEST(GemmSemantics, BetaZeroIgnoresNaNAndEmptyK) {

@@ -4,7 +4,8 @@
 //
 // BLIS-style: B is packed into kc x nc panels, A into mc x kc blocks (converted to the
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
-// register-tile kernel walks the packed panels. Threads split the rows in whole panels.
+// register-tile kernel walks the packed panels. Threads split the columns (wide products) or the rows
+// (tall-skinny ones) in whole panels.
 //   Acc = float  : AVX-512F 12 x 32 tile, or AVX2+FMA 6 x 16 (bit-identical results); inputs
 //                  float, half, bfloat16, fp8, tf32, minifloat. bfloat16 x bfloat16 with
 //                  AVX512-BF16: a 12 x 32 vdpbf16ps tile on bf16 pairs, bit-identical to those
@@ -276,22 +277,32 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   constexpr bool pairs = !std::is_same_v<Acc, P>;  // bf16 pairs: one kernel step per two k
   const auto depth = [](index_t kc) { return pairs ? (kc + 1) / 2 : kc; };
   const gemm_blocking bl = kern.bl;
-  // Each thread owns a contiguous range of whole mr-row panels (balanced to one panel), cut
-  // into blocks of at most bl.mc rows: no thread idles on a leftover block.
+  // Splitting the rows, each thread owns a contiguous range of whole mr-row panels (balanced to
+  // one panel), cut into blocks of at most bl.mc rows: no thread idles on a leftover block.
   const index_t m_panels = (m + bl.mr - 1) / bl.mr;
-  const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   // K in equal blocks of at most bl.kc (784 = 4 x 196, not 3 x 256 + 16: no short last block
   // whose fixed per-tile cost is paid for a few k steps)
   const index_t k_blocks = (k + bl.kc - 1) / bl.kc;
   const index_t kc_max = (k + k_blocks - 1) / k_blocks;
-  P* bp = scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
-  threads = static_cast<int>(std::min<index_t>(threads, m_panels));
+  // Threads split the columns when each gets at least 4 nr-column panels whose packed K block
+  // stays within 512 KiB (in its own L2 next to the A block, on the AVX-512 machines measured
+  // in docs/benchmarks.md): each packs its own B panels into its own buffer (no barrier) and
+  // packs all of A (cheap next to the products). Otherwise (tall-skinny products such as
+  // im2col's, or wide ones whose B share would spill) they split the rows and share the packed
+  // B. Either way each C entry is the same chain of operations.
+  const index_t n_panels = (std::min(bl.nc, n) + bl.nr - 1) / bl.nr;
+  const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
+  const bool split_n = threads > 1 && n_panels >= 4 * index_t{threads} && share_bytes <= (index_t{512} << 10);
+  threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
+  const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
+  P* const bp_shared = split_n ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
 
   auto body = [&](int tid, int nthreads) {
+    P* const bp = split_n ? scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max)) : bp_shared;
     P* ap = scratch<P, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * depth(kc_max)));
     Acc* row = pairs ? nullptr : scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr})));
-    const index_t r0 = m_panels * tid / nthreads * bl.mr;
-    const index_t r1 = std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
+    const index_t r0 = split_n ? 0 : m_panels * tid / nthreads * bl.mr;
+    const index_t r1 = split_n ? m : std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
     // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each
     const index_t my_panels = (r1 - r0 + bl.mr - 1) / bl.mr;
     const index_t m_blocks = std::max<index_t>(1, (my_panels * bl.mr + bl.mc - 1) / bl.mc);
@@ -303,15 +314,20 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         const index_t kc = std::min(kc_max, k - pc);
         const index_t d = depth(kc);
         const Acc beta_k = pc == 0 ? beta : Acc(1);
-        // all threads pack their share of the B panels, then wait for each other
+        // each thread packs its share of the B panels: into its own buffer, or into the shared
+        // one, and then they wait for each other
         const index_t p0 = panels * tid / nthreads, p1 = panels * (tid + 1) / nthreads;
+        const index_t j_begin = split_n ? p0 * bl.nr : 0, j_end = split_n ? std::min(nc, p1 * bl.nr) : nc;
+        const index_t pb0 = split_n ? 0 : p0, pb1 = split_n ? p1 - p0 : p1;
         if constexpr (pairs) {
-          pack_b_bf16_pairs(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp, p0, p1);
+          pack_b_bf16_pairs(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
         } else {
-          pack_b<Acc>(b + pc * rsb + jc * csb, rsb, csb, kc, nc, bl.nr, bp, p0, p1, row);
+          pack_b<Acc>(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1, row);
         }
 #if defined(_OPENMP)
+        if (!split_n) {
 #pragma omp barrier
+        }
 #endif
         for (index_t ic = r0; ic < r1; ic += mc) {
           const index_t mcb = std::min(mc, r1 - ic);
@@ -320,16 +336,18 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
           } else {
             pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
           }
-          for (index_t jr = 0; jr < nc; jr += bl.nr) {
+          for (index_t jr = j_begin; jr < j_end; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
             for (index_t ir = 0; ir < mcb; ir += bl.mr) {
-              kern.tile(d, ap + ir * d, bp + jr * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+              kern.tile(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
                         std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
             }
           }
         }
 #if defined(_OPENMP)
+        if (!split_n) {
 #pragma omp barrier
+        }
 #endif
       }
     }
