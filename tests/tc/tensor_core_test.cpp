@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <precis/precis.hpp>
+#include <precis/tc/gemm.hpp>
 #include <precis/tc/tensor_core.hpp>
 
 using namespace precis;
@@ -188,4 +189,57 @@ TEST(TensorCoreModel, LengthsAndSpecialValues) {
   const std::vector<half> z(16, half(0.0f));
   EXPECT_FALSE(std::signbit(sm90(-0.0f, z, z)));
   static_assert(tc::supports<tc::sm90, half> && !tc::supports<tc::sm90, float>);
+}
+
+/// The emulated GEMM on the recorded tiles: D = A B + C for the whole tile at once.
+template <class In>
+void expect_gemm_reproduces_tiles(const std::string& file) {
+  const auto r = load<In>(file);
+  const auto k = static_cast<index_t>(r.k);
+  long mismatches = 0;
+  for (std::size_t t = 0; t < static_cast<std::size_t>(r.tiles); ++t) {
+    Tensor<In> a({16, k}), b({k, 16});
+    Tensor<float> c({16, 16});
+    std::copy_n(r.a.data() + t * 16 * static_cast<std::size_t>(k), a.size(), a.data());
+    std::copy_n(r.b.data() + t * 16 * static_cast<std::size_t>(k), b.size(), b.data());
+    std::copy_n(r.c.data() + t * 256, 256, c.data());
+    gemm<tc::accumulator<tc::sm90, In>>(1.0f, a, b, 1.0f, c);
+    for (std::size_t e = 0; e < 256; ++e) mismatches += bits_of(c.data()[e]) != bits_of(r.d[t * 256 + e]);
+  }
+  EXPECT_EQ(mismatches, 0) << file;
+}
+
+TEST(TensorCoreGemm, ReproducesEveryRecordedTile) {
+  expect_gemm_reproduces_tiles<half>("h100_wmma_fp16_16x16x16.bin");
+  expect_gemm_reproduces_tiles<bfloat16>("h100_wmma_bf16_16x16x16.bin");
+  expect_gemm_reproduces_tiles<tf32>("h100_wmma_tf32_16x16x8.bin");
+}
+
+TEST(TensorCoreGemm, EntriesAreInnerProductsAndEpilogue) {
+  // ragged M and N, K = 4 instructions, a transposed B view, two threads: every entry is
+  // inner_product over its row and column; alpha/beta other than 1 accumulate from zero and
+  // apply alpha * AB + beta * C in fp32
+  const index_t m = 37, k = 64, n = 29;
+  Tensor<half> a({m, k}), bt({n, k});
+  fill_uniform(a, -2, 2, 3);
+  fill_uniform(bt, -2, 2, 4);
+  Tensor<float> c0({m, n});
+  fill_uniform(c0, -1, 1, 5);
+  auto c1 = c0, c2 = c0;
+  gemm<tc::accumulator<tc::sm90, half>>(1.0f, a, bt.transpose(), 1.0f, c1, 2);
+  gemm<tc::accumulator<tc::sm90, half>>(0.5f, a, bt.transpose(), -2.0f, c2, 2);
+  std::vector<half> col(static_cast<std::size_t>(k)), row(static_cast<std::size_t>(k));
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      for (index_t p = 0; p < k; ++p) {
+        row[static_cast<std::size_t>(p)] = a(i, p);
+        col[static_cast<std::size_t>(p)] = bt(j, p);
+      }
+      ASSERT_EQ(bits_of(c1(i, j)), bits_of(sm90(c0(i, j), row, col))) << i << "," << j;
+      const float ab = sm90(0.0f, row, col);
+      ASSERT_EQ(bits_of(c2(i, j)), bits_of(0.5f * ab + -2.0f * c0(i, j))) << i << "," << j;
+    }
+  using acc = tc::accumulator<tc::sm90, half>;
+  Tensor<float> bad({m, 20});
+  EXPECT_THROW(gemm<acc>(1.0f, Tensor<half>({m, 20}), Tensor<half>({20, 20}), 0.0f, bad), invalid_argument);
 }

@@ -24,6 +24,7 @@
 // validated against hardware.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -130,9 +131,26 @@ inline float truncate_to_float(std::int64_t s, int q) {
   return from_bits(sign | (static_cast<std::uint32_t>(qt + 23 + 127) << 23) | static_cast<std::uint32_t>(m & 0x7fffffu));
 }
 
-/// One block FMA: c + sum_k a[k] b[k] over n products, as described at the top of this file.
+/// An input decoded once: kind, sign, integer significand, exponent of its last bit, and its
+/// exponent (emin for a subnormal).
+struct operand {
+  kind k = kind::finite;
+  bool neg = false;
+  std::uint64_t m = 0;
+  int lsb = 0;
+  int e = 0;
+};
+
 template <class In>
-float step(float c, const In* a, const In* b, std::size_t n, int align_bits) {
+operand decode_operand(const In& x) {
+  operand o;
+  o.k = decode(x, o.neg, o.m, o.lsb, o.e);
+  return o;
+}
+
+/// One block FMA: c + sum_k a[k] b[k] over n decoded products, as described at the top of
+/// this file.
+inline float step(float c, const operand* a, const operand* b, std::size_t n, int align_bits) {
   term t[65];
   int count = 0;
   bool nan = false, pos_inf = false, neg_inf = false;
@@ -146,20 +164,15 @@ float step(float c, const In* a, const In* b, std::size_t n, int align_bits) {
     if (kc == kind::finite && m != 0) t[count++] = {neg, m, lsb, lsb + static_cast<int>(std::bit_width(m)) - 1};
   }
   for (std::size_t i = 0; i < n; ++i) {
-    bool na = false, nb = false;
-    std::uint64_t ma = 0, mb = 0;
-    int la = 0, lb = 0, ea = 0, eb = 0;
-    const kind ka = decode(a[i], na, ma, la, ea), kb = decode(b[i], nb, mb, lb, eb);
-    if (ka == kind::nan || kb == kind::nan) {
-      nan = true;
-    } else if (ka == kind::inf || kb == kind::inf) {
-      if ((ka == kind::finite && ma == 0) || (kb == kind::finite && mb == 0)) {
-        nan = true;  // infinity times zero
-      } else {
-        ((na != nb) ? neg_inf : pos_inf) = true;
-      }
-    } else if (ma != 0 && mb != 0) {
-      t[count++] = {na != nb, ma * mb, la + lb, ea + eb};
+    const operand& x = a[i];
+    const operand& y = b[i];
+    if (x.k == kind::finite && y.k == kind::finite) {
+      if (x.m != 0 && y.m != 0) t[count++] = {x.neg != y.neg, x.m * y.m, x.lsb + y.lsb, x.e + y.e};
+    } else if (x.k == kind::nan || y.k == kind::nan || (x.k == kind::finite && x.m == 0) ||
+               (y.k == kind::finite && y.m == 0)) {
+      nan = true;  // a NaN, or infinity times zero
+    } else {
+      ((x.neg != y.neg) ? neg_inf : pos_inf) = true;
     }
   }
   if (nan || (pos_inf && neg_inf)) return std::numeric_limits<float>::quiet_NaN();
@@ -175,6 +188,14 @@ float step(float c, const In* a, const In* b, std::size_t n, int align_bits) {
     s += t[i].neg ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
   }
   return truncate_to_float(s, q);
+}
+
+/// c + the products of n decoded pairs, one step per `block` of them, in order.
+template <class F>
+float run_steps(float c, const operand* a, const operand* b, std::size_t n) {
+  constexpr auto block = static_cast<std::size_t>(F::block);
+  for (std::size_t i = 0; i < n; i += block) c = step(c, a + i, b + i, block, F::align_bits);
+  return c;
 }
 
 template <class Arch, class In>
@@ -197,9 +218,17 @@ float inner_product(float c, std::span<const In> a, std::span<const In> b) {
                 "(precis::tc::block_fma<Arch, In> is not defined)");
   using F = block_fma<Arch, In>;
   static_assert(F::block <= 64, "precis::tc::block_fma: at most 64 products per step");
-  if (a.size() != b.size() || a.size() % F::k != 0) throw invalid_argument(detail::what<Arch, In>(a.size(), b.size()));
+  if (a.size() != b.size() || a.size() % static_cast<std::size_t>(F::k) != 0) throw invalid_argument(detail::what<Arch, In>(a.size(), b.size()));
+  constexpr auto block = static_cast<std::size_t>(F::block);
   float acc = c;
-  for (std::size_t i = 0; i < a.size(); i += F::block) acc = detail::step(acc, a.data() + i, b.data() + i, F::block, F::align_bits);
+  detail::operand x[block], y[block];
+  for (std::size_t i = 0; i < a.size(); i += block) {
+    for (std::size_t j = 0; j < block; ++j) {
+      x[j] = detail::decode_operand(a[i + j]);
+      y[j] = detail::decode_operand(b[i + j]);
+    }
+    acc = detail::step(acc, x, y, block, F::align_bits);
+  }
   return acc;
 }
 

@@ -6,6 +6,7 @@
 // accumulator type while packing, so the inner loop is pure FMA on any input format), and a
 // register-tile kernel walks the packed panels. Threads split the columns (wide products) or the rows
 // (tall-skinny ones) in whole panels.
+//   (precis::tc::accumulator<Arch, In>: the tensor-core model of tc/gemm.hpp, not these kernels.)
 //   Acc = float  : AVX-512F 12 x 32 tile, or AVX2+FMA 6 x 16 (bit-identical results); inputs
 //                  float, half, bfloat16, fp8, tf32, minifloat. bfloat16 x bfloat16 with
 //                  AVX512-BF16: a 12 x 32 vdpbf16ps tile on bf16 pairs, bit-identical to those
@@ -421,6 +422,11 @@ void eigen_gemm(index_t m, index_t n, index_t k, T alpha, const T* a, index_t rs
 }
 #endif
 
+/// An accumulator whose GEMM is not the blocked one (the tensor-core models of precis::tc):
+/// specialized with a static run(alpha, A, B, beta, C, threads) taking checked 2-D views.
+template <class Acc>
+struct gemm_override : std::false_type {};
+
 inline int default_gemm_threads(index_t m, index_t n, index_t k) {
   // below ~1 MFLOP a second thread costs more than it saves
   return threads_for(m * n * k, index_t{1} << 19);
@@ -453,35 +459,39 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, 
   detail::check_gemm("precis::gemm", a, b, c);
   const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   if (threads <= 0) threads = detail::default_gemm_threads(m, n, k);
-  using SC = storage_of<Cm>;
-#if PRECIS_EIGEN_GEMM
-  if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) &&
-                std::is_same_v<storage_of<A>, Acc> && std::is_same_v<storage_of<B>, Acc> &&
-                std::is_same_v<SC, Acc>) {
-    // Eigen's AVX2 product is faster than precis's AVX2 kernel, not than its AVX-512 one
-    if (k > 0 && gemm_isa_in_use() < gemm_isa::avx512) {
-      detail::eigen_gemm<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
-                              b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
-                              c.strides()[1], threads);
-      return;
-    }
-  }
-#endif
-  if constexpr (std::is_same_v<SC, Acc>) {
-    detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
-                              b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
-                              c.strides()[1], threads);
+  if constexpr (detail::gemm_override<Acc>::value) {
+    detail::gemm_override<Acc>::run(alpha, a, b, beta, c, threads);
   } else {
-    // accumulate in an Acc workspace, then round once into C's storage
-    auto w = Tensor<Acc, Acc>::uninitialized(Shape{m, n});
-    detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
-                              b.strides()[0], b.strides()[1], Acc(0), w.data(), n, index_t{1},
-                              threads);
-    for (index_t i = 0; i < m; ++i) {
-      for (index_t j = 0; j < n; ++j) {
-        SC& cij = c(i, j);
-        cij = beta == Acc(0) ? detail::store<SC>(w(i, j))
-                             : detail::store<SC>(w(i, j) + beta * detail::load<Acc>(cij));
+    using SC = storage_of<Cm>;
+#if PRECIS_EIGEN_GEMM
+    if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) &&
+                  std::is_same_v<storage_of<A>, Acc> && std::is_same_v<storage_of<B>, Acc> &&
+                  std::is_same_v<SC, Acc>) {
+      // Eigen's AVX2 product is faster than precis's AVX2 kernel, not than its AVX-512 one
+      if (k > 0 && gemm_isa_in_use() < gemm_isa::avx512) {
+        detail::eigen_gemm<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                                b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
+                                c.strides()[1], threads);
+        return;
+      }
+    }
+#endif
+    if constexpr (std::is_same_v<SC, Acc>) {
+      detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                                b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
+                                c.strides()[1], threads);
+    } else {
+      // accumulate in an Acc workspace, then round once into C's storage
+      auto w = Tensor<Acc, Acc>::uninitialized(Shape{m, n});
+      detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
+                                b.strides()[0], b.strides()[1], Acc(0), w.data(), n, index_t{1},
+                                threads);
+      for (index_t i = 0; i < m; ++i) {
+        for (index_t j = 0; j < n; ++j) {
+          SC& cij = c(i, j);
+          cij = beta == Acc(0) ? detail::store<SC>(w(i, j))
+                               : detail::store<SC>(w(i, j) + beta * detail::load<Acc>(cij));
+        }
       }
     }
   }
