@@ -191,6 +191,92 @@ TEST(TensorCoreModel, LengthsAndSpecialValues) {
   static_assert(tc::supports<tc::sm90, half> && !tc::supports<tc::sm90, float>);
 }
 
+/// inner_product under Arch on the first n elements of a and b.
+template <class Arch, class In>
+float under(float c, const std::vector<In>& a, const std::vector<In>& b) {
+  return tc::inner_product<Arch, In>(c, std::span<const In>(a), std::span<const In>(b));
+}
+
+TEST(TensorCoreModel, GenerationsDifferAsPublished) {
+  // Length 16 is whole instructions everywhere (K = 4 on sm70, 8 on sm80, 16 on sm90). The
+  // expected values follow by hand from each generation's alignment width t (23, 24, 25 bits
+  // below the largest exponent) and products per step (4, 8, 16).
+  const auto p2 = [](int e) { return half(std::ldexp(1.0f, e)); };
+  std::vector<half> a(16, half(0.0f)), b(16, half(0.0f));
+  // 1 - 2^-24: the product 2^-24 is cut on sm70 (t = 23), kept on sm80 and sm90
+  a[0] = b[0] = half(1.0f);
+  a[1] = half(-1.0f) * p2(-12);
+  b[1] = p2(-12);
+  EXPECT_EQ(under<tc::sm70>(0.0f, a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm80>(0.0f, a, b), 1.0f - std::ldexp(1.0f, -24));
+  EXPECT_EQ(under<tc::sm90>(0.0f, a, b), 1.0f - std::ldexp(1.0f, -24));
+  // 1 - 2^-25: kept only on sm90 (t = 25), whose result truncates to 1 - 2^-24
+  b[1] = p2(-13);
+  EXPECT_EQ(under<tc::sm70>(0.0f, a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm80>(0.0f, a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm90>(0.0f, a, b), 1.0f - std::ldexp(1.0f, -24));
+  // c = 1 and two products 2^-24: summed in one step they make 1 + 2^-23; in separate steps
+  // each 1 + 2^-24 truncates back to 1 (and sm70 cuts 2^-24 even within a step)
+  std::fill(a.begin(), a.end(), half(0.0f));
+  std::fill(b.begin(), b.end(), half(0.0f));
+  a[0] = b[0] = a[4] = b[4] = p2(-12);  // positions 0 and 4: one step on sm80 and sm90
+  EXPECT_EQ(under<tc::sm70>(1.0f, a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm80>(1.0f, a, b), 1.0f + std::ldexp(1.0f, -23));
+  EXPECT_EQ(under<tc::sm90>(1.0f, a, b), 1.0f + std::ldexp(1.0f, -23));
+  a[4] = b[4] = half(0.0f);
+  a[8] = b[8] = p2(-12);  // positions 0 and 8: one step only on sm90
+  EXPECT_EQ(under<tc::sm80>(1.0f, a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm90>(1.0f, a, b), 1.0f + std::ldexp(1.0f, -23));
+  // bf16 and tf32 on sm80 align like fp16 there (t = 24)
+  const std::vector<bfloat16> x{bfloat16(1.0f), bfloat16(-std::ldexp(1.0f, -12)), bfloat16(0.0f), bfloat16(0.0f),
+                                bfloat16(0.0f), bfloat16(0.0f), bfloat16(0.0f), bfloat16(0.0f)};
+  const std::vector<bfloat16> y{bfloat16(1.0f), bfloat16(std::ldexp(1.0f, -12)), bfloat16(0.0f), bfloat16(0.0f),
+                                bfloat16(0.0f), bfloat16(0.0f), bfloat16(0.0f), bfloat16(0.0f)};
+  EXPECT_EQ(under<tc::sm80>(0.0f, x, y), 1.0f - std::ldexp(1.0f, -24));
+  static_assert(tc::supports<tc::sm70, half> && !tc::supports<tc::sm70, bfloat16> && !tc::supports<tc::sm70, tf32>);
+  static_assert(tc::supports<tc::sm80, tf32> && !tc::supports<tc::sm80, float8_e4m3>);
+  static_assert(tc::supports<tc::sm90, float8_e4m3> && tc::supports<tc::sm90, float8_e5m2>);
+  // lengths: K = 4 on sm70, named in the error
+  try {
+    (void)tc::inner_product<tc::sm70, half>(0.0f, std::span<const half>(a.data(), 6), std::span<const half>(b.data(), 6));
+    FAIL() << "a length of 6 must be rejected on sm70";
+  } catch (const invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("sm70"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("K = 4"), std::string::npos) << msg;
+  }
+}
+
+TEST(TensorCoreModel, Sm90Fp8KeepsFourteenBits) {
+  // fp8 on sm90: 32 products a step, terms cut 13 bits below the largest exponent, the result
+  // truncated to 14 significant bits; c is cut like the products
+  using e4 = float8_e4m3;
+  const auto p2 = [](int e) { return e4(std::ldexp(1.0f, e)); };
+  std::vector<e4> a(32, e4(0.0f)), b(32, e4(0.0f));
+  a[0] = b[0] = e4(1.0f);
+  a[1] = p2(-6);
+  b[1] = p2(-7);  // 2^-13: kept, 1 + 2^-13 has 14 bits
+  EXPECT_EQ(under<tc::sm90>(0.0f, a, b), 1.0f + std::ldexp(1.0f, -13));
+  a[1] = p2(-7);  // 2^-14: below the window, cut
+  EXPECT_EQ(under<tc::sm90>(0.0f, a, b), 1.0f);
+  a[1] = b[1] = e4(1.0f);
+  a[2] = p2(-6);
+  b[2] = p2(-7);  // 2 + 2^-13 needs 15 bits: truncated to 2
+  EXPECT_EQ(under<tc::sm90>(0.0f, a, b), 2.0f);
+  // a lone c keeps its leading 14 bits
+  std::fill(a.begin(), a.end(), e4(0.0f));
+  EXPECT_EQ(under<tc::sm90>(1.0f + std::ldexp(1.0f, -20), a, b), 1.0f);
+  EXPECT_EQ(under<tc::sm90>(1.0f + std::ldexp(1.0f, -13), a, b), 1.0f + std::ldexp(1.0f, -13));
+  // e4m3's NaN pattern is a NaN input; e5m2 has infinities
+  a[0] = e4(std::numeric_limits<float>::quiet_NaN());
+  b[0] = e4(1.0f);
+  EXPECT_TRUE(std::isnan(under<tc::sm90>(0.0f, a, b)));
+  std::vector<float8_e5m2> u(32, float8_e5m2(1.0f)), v(32, float8_e5m2(1.0f));
+  EXPECT_EQ(under<tc::sm90>(0.0f, u, v), 32.0f);
+  u[5] = float8_e5m2(-INFINITY);
+  EXPECT_EQ(under<tc::sm90>(0.0f, u, v), -INFINITY);
+}
+
 /// The emulated GEMM on the recorded tiles: D = A B + C for the whole tile at once.
 template <class In>
 void expect_gemm_reproduces_tiles(const std::string& file) {
@@ -238,6 +324,21 @@ TEST(TensorCoreGemm, EntriesAreInnerProductsAndEpilogue) {
       ASSERT_EQ(bits_of(c1(i, j)), bits_of(sm90(c0(i, j), row, col))) << i << "," << j;
       const float ab = sm90(0.0f, row, col);
       ASSERT_EQ(bits_of(c2(i, j)), bits_of(0.5f * ab + -2.0f * c0(i, j))) << i << "," << j;
+    }
+  // the same through another generation's accumulator
+  Tensor<bfloat16> a8({m, k}), b8({k, n});
+  fill_uniform(a8, -2, 2, 6);
+  fill_uniform(b8, -2, 2, 7);
+  auto c8 = c0;
+  gemm<tc::accumulator<tc::sm80, bfloat16>>(1.0f, a8, b8, 1.0f, c8, 2);
+  std::vector<bfloat16> r8(static_cast<std::size_t>(k)), k8(static_cast<std::size_t>(k));
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      for (index_t p = 0; p < k; ++p) {
+        r8[static_cast<std::size_t>(p)] = a8(i, p);
+        k8[static_cast<std::size_t>(p)] = b8(p, j);
+      }
+      ASSERT_EQ(bits_of(c8(i, j)), bits_of(under<tc::sm80>(c0(i, j), r8, k8))) << i << "," << j;
     }
   using acc = tc::accumulator<tc::sm90, half>;
   Tensor<float> bad({m, 20});
