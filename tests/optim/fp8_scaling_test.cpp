@@ -169,3 +169,33 @@ TEST(Fp8Quantize, TelemetryCountsSaturatedAndFlushed) {
   EXPECT_THROW(fp8::quantize<float8_e4m3>(x, 0.0f), invalid_argument);
   EXPECT_THROW(fp8::quantize<float8_e4m3>(x, NAN), invalid_argument);
 }
+
+TEST(Fp8Quantize, BlocksKeepWhatOneScaleFlushes) {
+  // a row whose first block of 128 holds an outlier of 1000 and whose second block holds values
+  // of 0.001: one scale for the tensor (448 / 1000) maps 0.001 to 4.48e-4, below half of e4m3's
+  // smallest subnormal (2^-10): all 128 flush. One scale per block of 128 maps the second block's
+  // amax 0.001 to 448 exactly, and the values come back within e4m3's rounding.
+  Tensor<float> x({1, 256});
+  for (index_t j = 0; j < 256; ++j) x(0, j) = j == 0 ? 1000.0f : (j < 128 ? 1.0f : 0.001f);
+  fp8::cast_stats one, blocks;
+  (void)fp8::quantize<float8_e4m3>(x, fp8::current_scaling{}, &one);
+  EXPECT_EQ(one.flushed, 128u);
+  const auto q = fp8::quantize_blocks<float8_e4m3>(x, 128, fp8::current_scaling{}, &blocks);
+  EXPECT_EQ(blocks.flushed, 0u);
+  EXPECT_EQ(blocks.amax, 1000.0f);
+  ASSERT_EQ(q.scales.shape(), Shape({1, 2}));
+  EXPECT_EQ(q.scales(0, 0), 448.0f / 1000.0f);
+  EXPECT_EQ(q.scales(0, 1), 448.0f / 0.001f);
+  const auto back = q.dequantize();
+  const double u = format_traits<float8_e4m3>::unit_roundoff();
+  for (index_t j = 0; j < 256; ++j) {
+    EXPECT_LE(std::fabs(static_cast<double>(back(0, j)) - x(0, j)), (u + 3 * format_traits<float>::unit_roundoff()) * x(0, j)) << j;
+  }
+  // a ragged last block, and the errors
+  Tensor<float> r({2, 130});
+  fill_uniform(r, -5, 5, 9);
+  const auto qr = fp8::quantize_blocks<float8_e4m3>(r, 128);
+  EXPECT_EQ(qr.scales.shape(), Shape({2, 2}));
+  EXPECT_THROW(fp8::quantize_blocks<float8_e4m3>(Tensor<float>({4}), 128), invalid_argument);
+  EXPECT_THROW(fp8::quantize_blocks<float8_e4m3>(r, 0), invalid_argument);
+}

@@ -196,4 +196,56 @@ scaled_tensor<F8> quantize(const Tensor<float>& x, current_scaling cfg, cast_sta
   return quantize<F8>(x, scale_for<F8>(amax, cfg.margin, 1.0f, cfg.power_of_two), stats);
 }
 
+/// fp8 values with one scale per block of `block` consecutive elements along the last axis
+/// (the 1 x 128 tiles of DeepSeek-V3's fine-grained scaling): element j of row r belongs to
+/// block j / block and its value is data(r, j) / scales(r, j / block).
+template <class F8>
+struct block_scaled_tensor {
+  static_assert(is_fp8<F8>, "precis::fp8::block_scaled_tensor: F8 must be precis::float8_e4m3 or precis::float8_e5m2");
+  Tensor<F8> data;       // rows x k
+  Tensor<float> scales;  // rows x ceil(k / block)
+  index_t block = 128;
+
+  Tensor<float> dequantize() const {
+    Tensor<float> out(data.shape());
+    const index_t rows = data.shape()[0], k = data.shape()[1];
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < k; ++j) out(r, j) = static_cast<float>(data(r, j)) / scales(r, j / block);
+    return out;
+  }
+};
+
+/// Current scaling per block of `block` elements along the last axis of a 2-D x: each block's
+/// scale from its own amax (1 for an all-zero block); stats, when given, covers the whole
+/// tensor.
+template <class F8>
+block_scaled_tensor<F8> quantize_blocks(const Tensor<float>& x, index_t block = 128, current_scaling cfg = {},
+                                        cast_stats* stats = nullptr) {
+  if (x.shape().rank() != 2 || block < 1) {
+    throw invalid_argument("precis::fp8::quantize_blocks<" + std::string(format_traits<F8>::name) + ">: x of shape " +
+                           x.shape().str() + " with block " + std::to_string(block) +
+                           "; expected a 2-D tensor and a block of at least 1");
+  }
+  const index_t rows = x.shape()[0], k = x.shape()[1], nb = (k + block - 1) / block;
+  block_scaled_tensor<F8> q{Tensor<F8>(x.shape()), Tensor<float>(Shape{rows, nb}), block};
+  cast_stats total;
+  total.count = static_cast<std::size_t>(x.size());
+  for (index_t r = 0; r < rows; ++r) {
+    for (index_t b = 0; b < nb; ++b) {
+      const index_t j0 = b * block, len = std::min(block, k - j0);
+      Tensor<float> part(Shape{len});
+      for (index_t j = 0; j < len; ++j) part.data()[j] = x(r, j0 + j);
+      cast_stats st;
+      const auto qb = quantize<F8>(part, cfg, &st);
+      for (index_t j = 0; j < len; ++j) q.data(r, j0 + j) = qb.data.data()[j];
+      q.scales(r, b) = qb.scale;
+      total.amax = (std::isnan(st.amax) || std::isnan(total.amax)) ? std::numeric_limits<float>::quiet_NaN() : std::max(total.amax, st.amax);
+      total.saturated += st.saturated;
+      total.flushed += st.flushed;
+    }
+  }
+  if (stats) *stats = total;
+  return q;
+}
+
 }  // namespace precis::fp8
