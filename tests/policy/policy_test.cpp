@@ -68,7 +68,14 @@ void expect_policy() {
     const std::string name(Op::name);
     ASSERT_TRUE(documented_classes().count(name)) << name << " is not documented";
     EXPECT_EQ(Op::safety_class, documented_classes().at(name)) << name;
-    expect_types<Low, LowArith, High, pol::op_types<P, Op, Low>>(documented_classes().at(name), P::name() + " " + name);
+    using T = pol::op_types<P, Op, Low>;
+    if constexpr (T::scaled) {  // fp8 policies' GEMM ops: scaled e4m3 operands, e5m2 gradient, fp32 out
+      EXPECT_TRUE(name == "matmul" || name == "linear" || name == "conv2d") << name;
+      EXPECT_TRUE((std::is_same_v<typename T::storage, float8_e4m3> && std::is_same_v<typename T::grad_operand, float8_e5m2> &&
+                   std::is_same_v<typename T::accumulator, float> && std::is_same_v<typename T::output, float>)) << name;
+    } else {
+      expect_types<Low, LowArith, High, T>(documented_classes().at(name), P::name() + " " + name);
+    }
     ++seen;
   });
   EXPECT_EQ(seen, static_cast<int>(documented_classes().size()));
@@ -80,7 +87,7 @@ TEST(Policy, NamedPoliciesResolveEveryOpToTheDocumentedTypes) {
   // policy, storage of parameters, their arithmetic, the wide type
   expect_policy<pol::named<"16-mixed">, half, float, float>();
   expect_policy<pol::named<"bf16-mixed">, bfloat16, float, float>();
-  expect_policy<pol::named<"fp8-mixed">, float8_e4m3, float, float>();
+  expect_policy<pol::named<"fp8-mixed">, bfloat16, float, float>();  // bf16-mixed but the scaled fp8 GEMMs
   expect_policy<pol::named<"16-true">, half, float, half>();
   expect_policy<pol::named<"bf16-true">, bfloat16, float, bfloat16>();
   expect_policy<pol::named<"32-true">, float, float, float>();
@@ -99,13 +106,18 @@ TEST(Policy, NamesAliasesAndTrainingTypes) {
   // loss scaling by default only where the low type lacks fp32's exponent range
   EXPECT_TRUE(pol::named<"16-mixed">::needs_loss_scaling);
   EXPECT_FALSE(pol::named<"bf16-mixed">::needs_loss_scaling);
-  EXPECT_TRUE(pol::named<"fp8-mixed">::needs_loss_scaling);
+  EXPECT_FALSE(pol::named<"fp8-mixed">::needs_loss_scaling);  // per-tensor scales instead
   EXPECT_TRUE(pol::named<"fp8-mixed">::per_tensor_scaling);
+  EXPECT_FALSE(pol::fp8_mixed_with<fp8::no_scaling>::per_tensor_scaling);
+  EXPECT_EQ(pol::fp8_mixed_with<fp8::delayed_scaling>::name(), "fp8-mixed<delayed>");
   EXPECT_FALSE(pol::named<"32-true">::needs_loss_scaling);
   static_assert(std::is_same_v<pol::named<"16-mixed">::master_type, float>);
   static_assert(std::is_same_v<pol::named<"16-mixed">::param_type, half>);
-  static_assert(std::is_same_v<pol::named<"fp8-mixed">::param_type, float8_e4m3>);
-  static_assert(std::is_same_v<pol::named<"fp8-mixed">::grad_type, float8_e5m2>);
+  static_assert(std::is_same_v<pol::named<"fp8-mixed">::param_type, bfloat16>);  // fp8 only inside the GEMMs
+  static_assert(std::is_same_v<pol::named<"fp8-mixed">::master_type, float>);
+  static_assert(std::is_same_v<pol::op_types<pol::named<"fp8-mixed">, op::bmm, bfloat16>::storage, bfloat16>);
+  static_assert(!pol::op_types<pol::strict<pol::named<"fp8-mixed">>, op::linear, bfloat16>::scaled ||
+                std::is_same_v<pol::op_types<pol::strict<pol::named<"fp8-mixed">>, op::linear, bfloat16>::storage, float8_e4m3>);
   static_assert(std::is_same_v<pol::named<"bf16-true">::master_type, bfloat16>);
   // inputs are never narrowed by needs-wide ops, and promote ops take the widest input
   static_assert(std::is_same_v<pol::op_types<pol::named<"16-mixed">, op::exp, double>::storage, double>);

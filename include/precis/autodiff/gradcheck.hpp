@@ -51,9 +51,15 @@ struct gradcheck_options {
 /// value once and its gradient contribution once (2k roundings of relative size <= u, the wide
 /// accumulators' own errors being smaller), and each rounding error is amplified by at most
 /// kappa on its way to the parameter's gradient (first-order analysis, Higham 2002 ch. 3).
+/// Under an fp8 policy u is the largest of the activations' and the fp8 GEMM formats' (e5m2's
+/// 2^-3), for which the bound is vacuous (infinite) beyond a handful of ops.
 template <class P>
 double gradient_tolerance(int ops, double conditioning = 4) {
-  return bounds::gamma(2.0 * ops * conditioning, unit_roundoff<typename P::activation_type>());
+  double u = unit_roundoff<typename P::activation_type>();
+  if constexpr (policy::fp8_policy<P>) {
+    u = std::max({u, double(unit_roundoff<typename P::fp8_forward>()), double(unit_roundoff<typename P::fp8_backward>())});
+  }
+  return bounds::gamma(2.0 * ops * conditioning, u);
 }
 
 struct gradcheck_result {

@@ -42,6 +42,15 @@ template <class P>
 class Tape;
 
 namespace detail {
+struct no_fp8_state {};
+template <class P>
+using fp8_state_t = std::conditional_t<policy::fp8_policy<P>, fp8::scaling_state, no_fp8_state>;
+template <class P>
+fp8_state_t<P> make_fp8_state() {
+  if constexpr (policy::fp8_policy<P>) return fp8_state_t<P>(fp8::recipe(typename P::fp8_recipe{}));
+  else return {};
+}
+
 /// The element-wise copy functor (map_into rounds once into the destination's storage).
 struct identity {
   template <class T>
@@ -63,7 +72,7 @@ concept precision_policy = requires {
 };
 
 /// Storage of the gradient of a value stored as S under policy P: the policy's gradient type
-/// for activation-typed values (e5m2 under fp8-mixed), S itself otherwise.
+/// for activation-typed values, S itself otherwise.
 template <class P, class S>
 using grad_storage_t =
     std::conditional_t<std::is_same_v<S, typename P::activation_type>, typename P::grad_type, S>;
@@ -73,6 +82,11 @@ using grad_storage_t =
 template <class P, class S>
   requires precision_policy<P>
 class Var {
+  static_assert(!(P::is_strict && fp8::is_fp8<S>),
+                "precis::policy::strict: a value stored in an fp8 format without a scale. Under a strict policy fp8 "
+                "appears only as the scaled GEMM operands of fp8_mixed (matmul, linear, conv2d); keep parameters, "
+                "inputs and activations in bf16 or wider.");
+
  public:
   using policy_type = P;
   using storage_type = S;
@@ -170,7 +184,7 @@ class Tape {
   };
 
   /// `arena_bytes` reserves the arena up front (otherwise it grows during the first step).
-  explicit Tape(std::size_t arena_bytes = 0) : arena_(arena_bytes) {
+  explicit Tape(std::size_t arena_bytes = 0) : arena_(arena_bytes), fp8_(detail::make_fp8_state<P>()) {
     slots_.reserve(256);
     nodes_.reserve(256);
   }
@@ -295,8 +309,23 @@ class Tape {
     sweep(retain_graph);
   }
 
-  /// Forgets the step: every Var handed out so far becomes invalid; the memory is kept.
+  /// The fp8 scaling state of an fp8 policy's tape: one entry per fp8 GEMM of a step, in
+  /// recording order (fp8/scaling.hpp). reset() closes each step (fp8::scaling_state::end_step).
+  fp8::scaling_state& fp8() noexcept
+    requires policy::fp8_policy<P>
+  {
+    return fp8_;
+  }
+  const fp8::scaling_state& fp8() const noexcept
+    requires policy::fp8_policy<P>
+  {
+    return fp8_;
+  }
+
+  /// Forgets the step: every Var handed out so far becomes invalid; the memory is kept. Under an
+  /// fp8 policy it also closes the step's scaling (delayed scaling updates its scales here).
   void reset() {
+    if constexpr (policy::fp8_policy<P>) fp8_.end_step();
     nodes_.clear();
     slots_.clear();
     arena_.reset();
@@ -418,6 +447,7 @@ class Tape {
   std::uint64_t gen_ = 0;
   bool grad_enabled_ = true;
   bool differentiated_ = false;
+  detail::fp8_state_t<P> fp8_;  // (not [[no_unique_address]]: that would forbid the elided copy)
 };
 
 }  // namespace precis

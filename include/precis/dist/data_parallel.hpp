@@ -14,7 +14,8 @@
 // What is synchronized: parameters and masters once at construction (from rank 0); gradients
 // every step (mean over ranks, in fp32 for 16-bit gradients, rounded back once); the loss
 // scaler's skip decision (any rank's overflow skips the step everywhere, so the scales stay
-// identical). What is not: the data (each rank reads its own shard) and anything outside the
+// identical); under an fp8 policy, after dp.attach(tape), every amax before a scale is chosen
+// from it (max over the ranks), so every rank casts with the same scales. What is not: the data (each rank reads its own shard) and anything outside the
 // module and optimizer. With the same seed on every rank, stochastic rounding draws the same
 // numbers everywhere, so the replicas stay bit-identical.
 //
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,9 +76,27 @@ class DataParallel {
     return out;
   }
 
+  /// Under an fp8 policy: makes `tape`'s fp8 scales agree on every rank, by reducing each amax
+  /// (max over the ranks) before a scale is chosen from it: at every cast under current
+  /// scaling, once per step (in tape.reset()) under delayed scaling. Call it before the first
+  /// forward; backward() checks that it was.
+  template <class T>
+  void attach(T& tape)
+    requires policy::fp8_policy<P>
+  {
+    const communicator* c = &comm_;
+    tape.fp8().set_amax_reducer([c](std::span<float> amax) { c->allreduce(amax, reduce_op::max); });
+  }
+
   /// The optimizer's backward (seeded with the loss scale), then the gradient mean over ranks.
   template <class T, class S>
   void backward(T& tape, const Var<P, S>& loss) {
+    if constexpr (policy::fp8_policy<P>) {
+      if (comm_.size() > 1 && !tape.fp8().has_amax_reducer()) {
+        throw dist_error("precis::dist::DataParallel::backward: the tape's fp8 scales are not shared between the " +
+                         std::to_string(comm_.size()) + " ranks; call attach(tape) before the first forward");
+      }
+    }
     opt_.backward(tape, loss);
     reduce_gradients();
   }
@@ -131,11 +151,12 @@ class DataParallel {
 
   /// Rank 0 writes the checkpoint (atomically); every rank learns whether it succeeded. The
   /// file holds no rank or world-size information: any world size can load it.
-  void save(const std::string& path) const {
+  template <class... Part>
+  void save(const std::string& path, const Part&... part) const {
     std::string why;
     if (comm_.rank() == 0) {
       try {
-        opt_.save(path);
+        opt_.save(path, part...);
       } catch (const precis::error& e) {
         why = e.what();
       }
@@ -148,10 +169,11 @@ class DataParallel {
   /// rank whose load fails keeps its state (MixedPrecisionOptimizer::load validates before it
   /// copies), and every rank then throws. If some ranks succeeded the replicas differ: load
   /// again, on every rank, once the file is fixed.
-  void load(const std::string& path) {
+  template <class... Part>
+  void load(const std::string& path, Part&... part) {
     std::string why;
     try {
-      opt_.load(path);
+      opt_.load(path, part...);
     } catch (const precis::error& e) {
       why = e.what();
     }

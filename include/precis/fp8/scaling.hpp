@@ -21,17 +21,24 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "precis/error.hpp"
 #include "precis/format/format.hpp"
-#include "precis/format/round_to.hpp"
+#include "precis/format/convert.hpp"
+#include "precis/optim/checkpoint.hpp"
 #include "precis/tensor/tensor.hpp"
 
 namespace precis::fp8 {
@@ -72,6 +79,10 @@ struct current_scaling {
   int margin = 0;
   bool power_of_two = false;
 };
+
+/// No scaling: every cast multiplies by 1 (plain fp8 casts, the baseline scaling is measured
+/// against).
+struct no_scaling {};
 
 /// The delayed-scaling state of one tensor: the amax history and the scale the next cast uses.
 /// Each step: cast with scale(), record() the amax of what was cast (several casts in one step
@@ -161,29 +172,65 @@ struct scaled_tensor {
   }
 };
 
+namespace detail {
+
+/// The largest |x_i| of n floats; NaN if any is NaN.
+inline float amax_of(const float* x, std::size_t n) {
+  float m = 0.0f;
+  bool nan = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    m = std::max(m, std::fabs(x[i]));
+    nan = nan || std::isnan(x[i]);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+template <class F8>
+void check_scale(float scale, const char* who, const Shape& shape) {
+  if (!(scale > 0.0f) || !std::isfinite(scale)) {
+    throw invalid_argument(std::string(who) + "<" + std::string(format_traits<F8>::name) + ">: scale " + std::to_string(scale) +
+                           " for a tensor of shape " + shape.str() + "; expected a finite positive scale");
+  }
+}
+
+}  // namespace detail
+
+/// The cast itself: out[i] = x[i] * scale rounded once to F8 (to nearest even, saturating at the
+/// format's largest value), with its statistics. The products are formed in fp32 and the
+/// rounding is precis::convert's (vectorized where the CPU allows).
+template <class F8>
+cast_stats quantize_into(const float* x, std::size_t n, float scale, F8* out) {
+  static_assert(is_fp8<F8>, "precis::fp8::quantize_into: F8 must be precis::float8_e4m3 or precis::float8_e5m2");
+  // rounding to nearest overflows from max + half the spacing at max (464 for e4m3, 61440 for e5m2)
+  const float overflow_at = max_finite<F8>() + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
+  cast_stats st;
+  st.count = n;
+  st.amax = detail::amax_of(x, n);
+  constexpr std::size_t chunk = 1024;
+  float buf[chunk];
+  for (std::size_t i0 = 0; i0 < n; i0 += chunk) {
+    const std::size_t len = std::min(chunk, n - i0);
+    for (std::size_t i = 0; i < len; ++i) buf[i] = x[i0 + i] * scale;
+    convert(std::span<const float>(buf, len), std::span<F8>(out + i0, len), rounding::nearest_even, overflow::saturate);
+    std::size_t sat = 0, flush = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      sat += std::fabs(buf[i]) >= overflow_at ? 1u : 0u;
+      const float v = x[i0 + i];
+      flush += (v != 0.0f && !std::isnan(v) && static_cast<float>(out[i0 + i]) == 0.0f) ? 1u : 0u;
+    }
+    st.saturated += sat;
+    st.flushed += flush;
+  }
+  return st;
+}
+
 /// x * scale rounded once to F8 (to nearest even, saturating at the format's largest value), with
 /// the scale kept; stats, when given, receives the cast's amax and counts.
 template <class F8>
 scaled_tensor<F8> quantize(const Tensor<float>& x, float scale, cast_stats* stats = nullptr) {
-  if (!(scale > 0.0f) || !std::isfinite(scale)) {
-    throw invalid_argument("precis::fp8::quantize<" + std::string(format_traits<F8>::name) + ">: scale " + std::to_string(scale) +
-                           " for a tensor of shape " + x.shape().str() + "; expected a finite positive scale");
-  }
+  detail::check_scale<F8>(scale, "precis::fp8::quantize", x.shape());
   scaled_tensor<F8> q{Tensor<F8>(x.shape()), scale};
-  cast_stats st;
-  st.count = static_cast<std::size_t>(x.size());
-  // rounding to nearest overflows from max + half the spacing at max (464 for e4m3, 61440 for e5m2)
-  const float overflow_at = max_finite<F8>() + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
-  for (index_t i = 0; i < x.size(); ++i) {
-    const float v = x.data()[i];
-    const float a = std::fabs(v);
-    st.amax = (std::isnan(v) || std::isnan(st.amax)) ? std::numeric_limits<float>::quiet_NaN() : std::max(st.amax, a);
-    const float s = v * scale;
-    const F8 r = round_to<F8>(s, rounding::nearest_even, overflow::saturate);
-    if (std::fabs(s) >= overflow_at) ++st.saturated;
-    if (v != 0.0f && !std::isnan(v) && static_cast<float>(r) == 0.0f) ++st.flushed;
-    q.data.data()[i] = r;
-  }
+  const cast_stats st = quantize_into<F8>(x.data(), static_cast<std::size_t>(x.size()), scale, q.data.data());
   if (stats) *stats = st;
   return q;
 }
@@ -191,8 +238,7 @@ scaled_tensor<F8> quantize(const Tensor<float>& x, float scale, cast_stats* stat
 /// Current scaling: the scale from x's own amax (1 if x is all zeros or holds no finite amax).
 template <class F8>
 scaled_tensor<F8> quantize(const Tensor<float>& x, current_scaling cfg, cast_stats* stats = nullptr) {
-  float amax = 0.0f;
-  for (index_t i = 0; i < x.size(); ++i) amax = std::max(amax, std::fabs(x.data()[i]));
+  const float amax = detail::amax_of(x.data(), static_cast<std::size_t>(x.size()));
   return quantize<F8>(x, scale_for<F8>(amax, cfg.margin, 1.0f, cfg.power_of_two), stats);
 }
 
@@ -247,5 +293,317 @@ block_scaled_tensor<F8> quantize_blocks(const Tensor<float>& x, index_t block = 
   if (stats) *stats = total;
   return q;
 }
+
+// ---- the scaling state of a tape: one entry per fp8 GEMM, three scaled tensors each ----------
+
+/// A scaling recipe at run time: which of the three, with its parameters.
+struct recipe {
+  enum class kind { current, delayed, none };
+  kind which = kind::current;
+  current_scaling current{};
+  delayed_scaling delayed{};
+
+  recipe() = default;
+  recipe(current_scaling c) : which(kind::current), current(c) {}  // NOLINT: a recipe type converts
+  recipe(delayed_scaling d) : which(kind::delayed), delayed(d) {}  // NOLINT
+  recipe(no_scaling) : which(kind::none) {}                        // NOLINT
+
+  std::string str() const {
+    switch (which) {
+      case kind::current: return "current scaling (margin " + std::to_string(current.margin) + (current.power_of_two ? ", powers of two)" : ")");
+      case kind::delayed:
+        return "delayed scaling (history " + std::to_string(delayed.history_len) + ", " +
+               (delayed.reduce == amax_reduction::max ? "max" : "most_recent") + ", margin " + std::to_string(delayed.margin) + ")";
+      case kind::none: break;
+    }
+    return "no scaling";
+  }
+  bool operator==(const recipe& o) const {
+    if (which != o.which) return false;
+    if (which == kind::current) return current.margin == o.current.margin && current.power_of_two == o.current.power_of_two;
+    if (which == kind::delayed) {
+      return delayed.history_len == o.delayed.history_len && delayed.reduce == o.delayed.reduce && delayed.margin == o.delayed.margin;
+    }
+    return true;
+  }
+};
+
+/// Combines amaxes across data-parallel ranks (elementwise max, in place); set by
+/// dist::DataParallel so every rank chooses the same scales. NaN never reaches it: a NaN amax is
+/// sent as +infinity, which chooses the same scale (the previous one).
+using amax_reducer = std::function<void(std::span<float>)>;
+
+/// Underflow and overflow counts of the casts of one tensor (or of many, summed).
+struct telemetry {
+  std::size_t casts = 0, count = 0, saturated = 0, flushed = 0;
+  void add(const cast_stats& s) {
+    ++casts;
+    count += s.count;
+    saturated += s.saturated;
+    flushed += s.flushed;
+  }
+  void add(const telemetry& t) {
+    casts += t.casts;
+    count += t.count;
+    saturated += t.saturated;
+    flushed += t.flushed;
+  }
+  double saturated_fraction() const { return count ? static_cast<double>(saturated) / static_cast<double>(count) : 0.0; }
+  double flushed_fraction() const { return count ? static_cast<double>(flushed) / static_cast<double>(count) : 0.0; }
+};
+
+/// The scaling of one tensor that is cast to F8 once per step (or more): the recipe's scale for
+/// the next cast, the delayed recipe's history, the last cast's statistics and the totals.
+template <class F8>
+class tensor_scaling {
+ public:
+  explicit tensor_scaling(const recipe& r)
+      : recipe_(r), delayed_(r.which == recipe::kind::delayed ? r.delayed : delayed_scaling{1, amax_reduction::max, 0}) {}
+
+  /// The scale a cast of these n values uses: from their amax (current scaling, reduced across
+  /// ranks when `reduce` is set), from the history (delayed) or 1 (none).
+  float choose(const float* x, std::size_t n, const amax_reducer* reduce) const {
+    switch (recipe_.which) {
+      case recipe::kind::current: {
+        float amax = detail::amax_of(x, n);
+        if (reduce != nullptr && *reduce) {
+          float v = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
+          (*reduce)(std::span<float>(&v, 1));
+          amax = v;
+        }
+        return scale_for<F8>(amax, recipe_.current.margin, 1.0f, recipe_.current.power_of_two);
+      }
+      case recipe::kind::delayed: return delayed_.scale();
+      case recipe::kind::none: break;
+    }
+    return 1.0f;
+  }
+
+  /// Casts n contiguous floats into out with the chosen scale; records the amax (delayed) and
+  /// the statistics. Returns the scale used.
+  float cast(const float* x, std::size_t n, F8* out, const amax_reducer* reduce) {
+    const float scale = choose(x, n, reduce);
+    last_ = quantize_into<F8>(x, n, scale, out);
+    total_.add(last_);
+    if (recipe_.which == recipe::kind::delayed) delayed_.record(last_.amax);
+    return scale;
+  }
+
+  /// The delayed recipe's state (history and scale); unused by the other recipes.
+  const delayed_scaler<F8>& delayed() const noexcept { return delayed_; }
+  delayed_scaler<F8>& delayed() noexcept { return delayed_; }
+  /// The last cast's statistics (its amax is this rank's own).
+  const cast_stats& last() const noexcept { return last_; }
+  const telemetry& total() const noexcept { return total_; }
+  void reset_telemetry() noexcept { total_ = {}; }
+
+ private:
+  recipe recipe_;
+  delayed_scaler<F8> delayed_;
+  cast_stats last_{};
+  telemetry total_{};
+};
+
+/// The three scaled tensors of one fp8 GEMM op (matmul, linear, conv2d): its two forward
+/// operands in e4m3 and its output gradient in e5m2 (the hybrid format recipe).
+struct gemm_scaling {
+  std::string op;
+  tensor_scaling<float8_e4m3> input, weight;
+  tensor_scaling<float8_e5m2> grad_output;
+  gemm_scaling(std::string op_name, const recipe& r) : op(std::move(op_name)), input(r), weight(r), grad_output(r) {}
+};
+
+/// The fp8 scaling state of a tape (Tape<P>::fp8() under an fp8 policy): one gemm_scaling per
+/// fp8 GEMM op, assigned in the order the ops are recorded in a step (the k-th fp8 GEMM of every
+/// step uses entry k, so a training loop that records the same model each step keeps each
+/// layer's history). end_step() (called by Tape::reset) closes a step: under delayed scaling the
+/// step's amaxes are reduced across ranks and every entry used in the step is updated.
+class scaling_state {
+ public:
+  explicit scaling_state(recipe r = {}) : recipe_(r) {}
+  scaling_state(const scaling_state&) = delete;
+  scaling_state& operator=(const scaling_state&) = delete;
+
+  const recipe& config() const noexcept { return recipe_; }
+
+  /// The entry of the next fp8 GEMM of this step (created on first use). An entry recorded for
+  /// another op is an invalid_argument: the step records a different graph than earlier steps.
+  gemm_scaling& next(std::string_view op) {
+    if (cursor_ == gemms_.size()) gemms_.emplace_back(std::string(op), recipe_);
+    gemm_scaling& g = gemms_[cursor_];
+    if (g.op != op) {
+      throw invalid_argument("precis::fp8::scaling_state: fp8 GEMM " + std::to_string(cursor_) + " of this step is " +
+                             std::string(op) + ", but earlier steps recorded " + g.op +
+                             " there; fp8 scaling state follows the order of the GEMMs, so every step must record the "
+                             "same ops in the same order (use one tape per model)");
+    }
+    ++cursor_;
+    return g;
+  }
+
+  /// Closes the step: under delayed scaling, the amaxes recorded by the entries used in this step
+  /// are reduced across ranks (when a reducer is set) and each of their scales updated
+  /// (delayed_scaler::update). The next step starts again at entry 0.
+  void end_step() {
+    const std::size_t used = cursor_;
+    cursor_ = 0;
+    if (recipe_.which != recipe::kind::delayed || used == 0) return;
+    if (reducer_) {
+      std::vector<float> amax;
+      amax.reserve(3 * used);
+      const auto put = [&](float h) { amax.push_back(std::isnan(h) ? std::numeric_limits<float>::infinity() : h); };
+      for (std::size_t i = 0; i < used; ++i) {
+        put(gemms_[i].input.delayed().amax_history()[0]);
+        put(gemms_[i].weight.delayed().amax_history()[0]);
+        put(gemms_[i].grad_output.delayed().amax_history()[0]);
+      }
+      reducer_(std::span<float>(amax));
+      for (std::size_t i = 0; i < used; ++i) {  // record keeps the larger: the reduced value
+        gemms_[i].input.delayed().record(amax[3 * i]);
+        gemms_[i].weight.delayed().record(amax[3 * i + 1]);
+        gemms_[i].grad_output.delayed().record(amax[3 * i + 2]);
+      }
+    }
+    for (std::size_t i = 0; i < used; ++i) {
+      gemms_[i].input.delayed().update();
+      gemms_[i].weight.delayed().update();
+      gemms_[i].grad_output.delayed().update();
+    }
+  }
+
+  /// Where the amaxes of every rank are combined (dist::DataParallel sets it).
+  void set_amax_reducer(amax_reducer f) { reducer_ = std::move(f); }
+  bool has_amax_reducer() const noexcept { return static_cast<bool>(reducer_); }
+  const amax_reducer* reducer() const noexcept { return reducer_ ? &reducer_ : nullptr; }
+
+  std::size_t size() const noexcept { return gemms_.size(); }
+  const gemm_scaling& operator[](std::size_t i) const { return gemms_.at(i); }
+
+  /// Casts counted since the last reset_telemetry(), over every tensor of every entry.
+  telemetry totals() const {
+    telemetry t;
+    for (const auto& g : gemms_) {
+      t.add(g.input.total());
+      t.add(g.weight.total());
+      t.add(g.grad_output.total());
+    }
+    return t;
+  }
+  void reset_telemetry() {
+    for (auto& g : gemms_) {
+      g.input.reset_telemetry();
+      g.weight.reset_telemetry();
+      g.grad_output.reset_telemetry();
+    }
+  }
+
+  // ---- checkpoints (MixedPrecisionOptimizer::save / load take this as an extra part) ----------
+  //
+  // Records: "fp8/recipe" (i64: kind, history_len, reduction, margin, power_of_two) and, under
+  // delayed scaling, "fp8/<k>/<op>/<tensor>" (fp32, [1 + history_len]: the scale, then the
+  // history) for every entry k and tensor input, weight, grad_output.
+
+  void checkpoint_save(optim::checkpoint_writer& w) const {
+    const auto rec = recipe_record(recipe_);
+    w.add("fp8/recipe", Shape{5}, rec.data());
+    if (recipe_.which != recipe::kind::delayed) return;
+    std::vector<float> buf;
+    for (std::size_t k = 0; k < gemms_.size(); ++k) {
+      const auto put = [&](const char* t, const auto& d) {
+        buf.assign(1, d.scale());
+        buf.insert(buf.end(), d.amax_history().begin(), d.amax_history().end());
+        w.add(entry_name(k, gemms_[k].op, t), Shape{static_cast<index_t>(buf.size())}, buf.data());
+      };
+      put("input", gemms_[k].input.delayed());
+      put("weight", gemms_[k].weight.delayed());
+      put("grad_output", gemms_[k].grad_output.delayed());
+    }
+  }
+
+  /// Everything a load would install, checked: the recipe must match this state's, the entries
+  /// must be 0..n-1 with all three tensors, each record's scale finite and positive and no amax
+  /// negative. Throws checkpoint_error naming the record otherwise; changes nothing.
+  struct staged {
+    std::vector<gemm_scaling> gemms;
+    std::size_t records = 0;
+  };
+  staged checkpoint_stage(const optim::checkpoint_reader& r) const {
+    std::array<std::int64_t, 5> rec{};
+    r.copy("fp8/recipe", Shape{5}, rec.data());
+    if (rec != recipe_record(recipe_)) {
+      r.fail("holds fp8 scaling state for another recipe (kind, history, reduction, margin, powers of two = " +
+             std::to_string(rec[0]) + ", " + std::to_string(rec[1]) + ", " + std::to_string(rec[2]) + ", " + std::to_string(rec[3]) +
+             ", " + std::to_string(rec[4]) + "); this tape uses " + recipe_.str());
+    }
+    staged s;
+    s.records = 1;
+    const auto names = r.names_with_prefix("fp8/");
+    if (recipe_.which != recipe::kind::delayed) {
+      if (names.size() != 1) r.fail("holds fp8 scaling entries, but the recipe " + recipe_.str() + " keeps none");
+      return s;
+    }
+    // entry k's op, from its names ("fp8/<k>/<op>/<tensor>")
+    std::vector<std::string> ops;
+    for (const auto& n : names) {
+      if (n == "fp8/recipe") continue;
+      const auto a = n.find('/', 4), b = a == std::string::npos ? a : n.find('/', a + 1);
+      std::size_t k = 0;
+      bool ok = a != std::string::npos && b != std::string::npos && a > 4 && a - 4 <= 6;
+      for (std::size_t i = 4; ok && i < a; ++i) ok = n[i] >= '0' && n[i] <= '9';
+      if (ok) k = static_cast<std::size_t>(std::stoul(n.substr(4, a - 4)));
+      if (!ok || k >= names.size()) r.fail("holds a malformed fp8 scaling record \"" + n + "\"; expected fp8/<entry>/<op>/<tensor>");
+      if (ops.size() <= k) ops.resize(k + 1);
+      const std::string op = n.substr(a + 1, b - a - 1);
+      if (!ops[k].empty() && ops[k] != op) r.fail("holds fp8 scaling records of two ops (" + ops[k] + ", " + op + ") for entry " + std::to_string(k));
+      ops[k] = op;
+    }
+    const Shape len{static_cast<index_t>(1 + recipe_.delayed.history_len)};
+    std::vector<float> buf(1 + recipe_.delayed.history_len);
+    s.gemms.reserve(ops.size());
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      if (ops[k].empty()) r.fail("has no fp8 scaling records for entry " + std::to_string(k) + " of " + std::to_string(ops.size()));
+      s.gemms.emplace_back(ops[k], recipe_);
+      const auto get = [&](const char* t, auto& d) {
+        const std::string name = entry_name(k, ops[k], t);
+        r.copy(name, len, buf.data());
+        try {
+          d.restore(std::span<const float>(buf.data() + 1, buf.size() - 1), buf[0]);
+        } catch (const invalid_argument& e) {
+          r.fail("record \"" + name + "\" is not a valid scaling state: " + e.what());
+        }
+        ++s.records;
+      };
+      get("input", s.gemms.back().input.delayed());
+      get("weight", s.gemms.back().weight.delayed());
+      get("grad_output", s.gemms.back().grad_output.delayed());
+    }
+    if (s.records != names.size()) r.fail("holds " + std::to_string(names.size()) + " fp8 records; expected " + std::to_string(s.records));
+    return s;
+  }
+
+  /// Installs a staged state (cannot fail); the next step starts at entry 0.
+  void checkpoint_commit(staged&& s) {
+    if (recipe_.which == recipe::kind::delayed) {
+      gemms_.clear();
+      for (auto& g : s.gemms) gemms_.push_back(std::move(g));
+    }
+    cursor_ = 0;
+  }
+
+ private:
+  static std::array<std::int64_t, 5> recipe_record(const recipe& r) {
+    return {static_cast<std::int64_t>(r.which), static_cast<std::int64_t>(r.delayed.history_len),
+            static_cast<std::int64_t>(r.delayed.reduce), static_cast<std::int64_t>(r.which == recipe::kind::delayed ? r.delayed.margin : r.current.margin),
+            r.which == recipe::kind::current && r.current.power_of_two ? 1 : 0};
+  }
+  static std::string entry_name(std::size_t k, const std::string& op, const char* t) {
+    return "fp8/" + std::to_string(k) + "/" + op + "/" + t;
+  }
+
+  recipe recipe_;
+  std::deque<gemm_scaling> gemms_;  // a deque: entries never move (saved op state points at them)
+  std::size_t cursor_ = 0;
+  amax_reducer reducer_;
+};
 
 }  // namespace precis::fp8

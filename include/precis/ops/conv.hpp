@@ -121,6 +121,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
   static constexpr std::string_view reason =
       "a GEMM over receptive fields (im2col): products exact in fp32, a wide accumulator takes the C kh kw "
       "sums; the bias is added in the accumulator before the one rounding";
+  static constexpr bool scaled_fp8 = true;  // fp8 policies: scaled e4m3 x and w, e5m2 gradient
   struct attrs {
     conv_detail::pair stride{1, 1};
     conv_detail::pair padding{0, 0};
@@ -133,6 +134,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     /// The forward's columns, group after group ([groups, k, N Ho Wo]), when the whole batch
     /// fit one column buffer; null otherwise (the backward recomputes them).
     const typename T::storage* cols = nullptr;
+    detail::ad::gemm_scales sc;
   };
 
   static conv_detail::geometry geometry_of(const attrs& a, const Shape& x, const Shape& w) {
@@ -172,8 +174,10 @@ struct conv2d : def<policy::safety::low_precision_safe> {
                       const TensorView<const W>& w, const TensorView<const B>&... bias) {
     using L = typename T::storage;
     using Acc = typename T::accumulator;
-    sv.x = ctx.template as<L>(x, true);
-    sv.w = ctx.template as<L>(w, true);
+    if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
+    sv.x = detail::ad::gemm_operand<T, 0>(ctx, x, sv.sc);
+    sv.w = detail::ad::gemm_operand<T, 1>(ctx, w, sv.sc);
+    const double alpha = 1.0 / (double(sv.sc.s0) * sv.sc.s1);
     const auto g = geometry_of(a, x.shape(), w.shape());
     const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
     const index_t nb = conv_detail::images_per_batch(g.n, k, p);
@@ -190,7 +194,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, cg_cols);
         const TensorView<Acc> av(acc.data(), Shape{og, cols});
         ctx.gemm(av, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}), TensorView<const L>(cg_cols, Shape{k, cols}),
-                 false);
+                 false, alpha);
         detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
           for (index_t o = o0; o < o1; ++o) {
             const index_t oc = gi * og + o;
@@ -233,7 +237,11 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto gx_acc = want_x ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
     const auto col = want_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
     const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
-    const auto gyg = ctx.template temp<detail::remove_const_t<G>>(Shape{og, nb * p});
+    // the GEMMs' copy of gy: cast to scaled e5m2 under an fp8 policy (the bias sums read gy)
+    float sg = 1.0f;
+    const auto gq = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
+    using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
+    const auto gyg = ctx.template temp<GQ>(Shape{og, nb * p});
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
@@ -241,8 +249,9 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
           for (index_t o = o0; o < o1; ++o) {
             for (index_t b = 0; b < count; ++b) {
-              const G* src = gy.data() + ((n0 + b) * oc_all + gi * og + o) * p;
-              std::copy_n(src, p, gyg.data() + o * cols + b * p);
+              const index_t at = ((n0 + b) * oc_all + gi * og + o) * p;
+              const G* src = gy.data() + at;
+              std::copy_n(gq.data() + at, p, gyg.data() + o * cols + b * p);
               if (want_b) {
                 Acc& s = gb_acc.data()[gi * og + o];
                 std::array<Acc, detail::chunk> buf;
@@ -255,16 +264,16 @@ struct conv2d : def<policy::safety::low_precision_safe> {
             }
           }
         });
-        const TensorView<const detail::remove_const_t<G>> gm(gyg.data(), Shape{og, cols});
+        const TensorView<const GQ> gm(gyg.data(), Shape{og, cols});
         if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
           if (!sv.cols) conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
           ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}).transpose(),
-                   TensorView<const L>(cg_cols, Shape{k, cols}), gm.transpose(), true);
+                   TensorView<const L>(cg_cols, Shape{k, cols}), gm.transpose(), true, 1.0 / (double(sv.sc.s0) * sg));
         }
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
-          ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false);
+          ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false, 1.0 / (double(sv.sc.s1) * sg));
           conv_detail::col2im(g, dc.data(), gi * cg, cg, n0, count, gx_acc.data());
         }
       }

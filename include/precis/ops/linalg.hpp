@@ -66,15 +66,19 @@ struct permute : def<policy::safety::neutral> {
 };
 
 /// a [m, k] times b [k, n]: both read in the op's storage type (a wider input is rounded once
-/// and the rounded copy kept for the backward), products accumulated in its accumulator.
+/// and the rounded copy kept for the backward), products accumulated in its accumulator. Under an
+/// fp8 policy both are cast to scaled e4m3 and the output gradient to scaled e5m2; the products
+/// are divided by the scales in the accumulator.
 struct matmul : def<policy::safety::low_precision_safe> {
   static constexpr std::string_view name = "matmul";
   static constexpr std::string_view reason =
       "a product of two fp16/bf16/fp8 values is exact in fp32, so the error comes from the accumulator "
       "alone: gamma_K(u_acc) (block-FMA bound, numerics case 9); a wide accumulator makes K harmless";
+  static constexpr bool scaled_fp8 = true;
   template <class T>
   struct saved {
     TensorView<const typename T::storage> a, b;
+    detail::ad::gemm_scales sc;
   };
 
   static Shape shape(const attrs&, const Shape& a, const Shape& b) {
@@ -86,29 +90,34 @@ struct matmul : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class A, class B>
   static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const A>& a,
                       const TensorView<const B>& b) {
-    using L = typename T::storage;
-    sv.a = ctx.template as<L>(a, true);
-    sv.b = ctx.template as<L>(b, true);
-    ctx.template gemm<typename T::accumulator>(y, sv.a, sv.b, false);
+    if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
+    sv.a = detail::ad::gemm_operand<T, 0>(ctx, a, sv.sc);
+    sv.b = detail::ad::gemm_operand<T, 1>(ctx, b, sv.sc);
+    ctx.template gemm<typename T::accumulator>(y, sv.a, sv.b, false, 1.0 / (double(sv.sc.s0) * sv.sc.s1));
   }
   template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy,
                        const TensorView<const O>&, const std::tuple<TensorView<const A>, TensorView<const B>>&,
                        const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
     using Acc = typename T::accumulator;
-    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), gy, sv.b.transpose(), true);
-    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), sv.a.transpose(), gy, true);
+    float sg = 1.0f;
+    const auto g = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.b.transpose(), true, 1.0 / (double(sg) * sv.sc.s1));
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), sv.a.transpose(), g, true, 1.0 / (double(sv.sc.s0) * sg));
   }
 };
 
 /// x W^T (+ bias) for x [batch, in], W [out, in], bias [out]: a matmul whose bias is added in
-/// the accumulator before the one rounding to the output type.
+/// the accumulator before the one rounding to the output type (fp8 policies: as matmul; the
+/// bias gradient is summed from the unscaled output gradient).
 struct linear : def<policy::safety::low_precision_safe> {
   static constexpr std::string_view name = "linear";
   static constexpr std::string_view reason = "x W^T + b: a matmul; the bias is added in the accumulator before the one rounding";
+  static constexpr bool scaled_fp8 = true;
   template <class T>
   struct saved {
     TensorView<const typename T::storage> x, w;
+    detail::ad::gemm_scales sc;
   };
 
   template <class... B>
@@ -126,19 +135,20 @@ struct linear : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class X, class W, class... B>
   static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
                       const TensorView<const W>& w, const TensorView<const B>&... bias) {
-    using L = typename T::storage;
     using Acc = typename T::accumulator;
-    sv.x = ctx.template as<L>(x, true);
-    sv.w = ctx.template as<L>(w, true);
+    if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
+    sv.x = detail::ad::gemm_operand<T, 0>(ctx, x, sv.sc);
+    sv.w = detail::ad::gemm_operand<T, 1>(ctx, w, sv.sc);
+    const double alpha = 1.0 / (double(sv.sc.s0) * sv.sc.s1);
     if constexpr (sizeof...(B) == 0) {
-      ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false);
+      ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false, alpha);
     } else {
       const auto acc = [&] {
         if constexpr (std::is_same_v<O, Acc>) return y;
         else return ctx.template temp<Acc>(y.shape());
       }();
       map_into<default_compute_t<Acc>>("precis::linear", acc, [](const auto& v) { return v; }, bias...);  // broadcast
-      ctx.gemm(acc, sv.x, sv.w.transpose(), true);
+      ctx.gemm(acc, sv.x, sv.w.transpose(), true, alpha);
       if constexpr (!std::is_same_v<O, Acc>) ctx.copy(acc.as_const(), y);
     }
   }
@@ -147,9 +157,11 @@ struct linear : def<policy::safety::low_precision_safe> {
                        const TensorView<const O>&, const std::tuple<TensorView<const X>...>&,
                        const std::tuple<TensorView<GX>...>& gx) {
     using Acc = typename T::accumulator;
-    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), gy, sv.w, true);
-    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), gy.transpose(), sv.x, true);
-    if constexpr (sizeof...(GX) == 3) {
+    float sg = 1.0f;
+    const auto g = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.w, true, 1.0 / (double(sg) * sv.sc.s1));
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), g.transpose(), sv.x, true, 1.0 / (double(sg) * sv.sc.s0));
+    if constexpr (sizeof...(GX) == 3) {  // from the unscaled gradient
       const auto& gb = std::get<2>(gx);
       if (gb.data() == nullptr) return;
       // the bias: column sums of g, row by row in Acc

@@ -27,8 +27,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -108,8 +110,10 @@ class cpu {
  public:
   /// max_isa caps the GEMM's instruction-set level (a policy's reproducible_gemm asks for the
   /// kernels whose sums are the same on every level).
-  cpu(Arena& temp, Arena& keep, bool saving, gemm_isa max_isa = gemm_isa::avx512_bf16) noexcept
-      : temp_(&temp), keep_(&keep), saving_(saving), max_isa_(max_isa) {}
+  /// fp8: the scaling state of an fp8 policy's tape (or of an eager call), null otherwise.
+  cpu(Arena& temp, Arena& keep, bool saving, gemm_isa max_isa = gemm_isa::avx512_bf16,
+      fp8::scaling_state* fp8 = nullptr) noexcept
+      : temp_(&temp), keep_(&keep), saving_(saving), max_isa_(max_isa), fp8_(fp8) {}
 
   /// Whether the forward's saved state will be used (false in eager calls and when no input
   /// needs a gradient): an op may skip keeping what only its backward reads.
@@ -151,16 +155,36 @@ class cpu {
     return out.as_const();
   }
 
-  /// c = a b (+ c when add), a [m, k] and b [k, n] of any storage and strides, the products
-  /// accumulated in Acc (by default c's own type) and rounded once into c's storage. A c of
-  /// another type than Acc is done in row panels, so the Acc workspace stays at most ~128K
-  /// elements (a 16-bit step keeps no fp32 copy of a whole weight gradient).
+  /// The fp8 scaling entry of the next fp8 GEMM op `name` of this step (ops whose types are
+  /// scaled, policy::op_types::scaled, call it once per forward).
+  fp8::gemm_scaling& fp8_gemm(std::string_view name) const {
+    if (fp8_ == nullptr) throw invalid_argument("precis::" + std::string(name) + ": an fp8 GEMM without fp8 scaling state");
+    return fp8_->next(name);
+  }
+
+  /// x cast to F8 by `ts` (its recipe picks the scale, returned in `scale`; the values are
+  /// x * scale rounded once), as a contiguous view kept for the backward when `for_backward`
+  /// and saving().
+  template <class F8, class S, class C>
+  TensorView<const F8> cast_fp8(const TensorView<S, C>& x, fp8::tensor_scaling<F8>& ts, float& scale, bool for_backward) const {
+    const auto xf = as<float>(x, false);
+    const auto out = (for_backward && saving_) ? keep<F8>(x.shape()) : temp<F8>(x.shape());
+    scale = ts.cast(xf.data(), static_cast<std::size_t>(xf.size()), out.data(), fp8_ ? fp8_->reducer() : nullptr);
+    return out.as_const();
+  }
+
+  /// c = alpha a b (+ c when add), a [m, k] and b [k, n] of any storage and strides, the
+  /// products accumulated in Acc (by default c's own type), multiplied by alpha in Acc and
+  /// rounded once into c's storage. A c of another type than Acc is done in row panels, so the
+  /// Acc workspace stays at most ~128K elements (a 16-bit step keeps no fp32 copy of a whole
+  /// weight gradient).
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
-  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add) const {
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
     using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
     const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    const auto al = static_cast<A>(alpha);
     if constexpr (std::is_same_v<G, A>) {
-      detail::gemm_blocked<A>(m, n, k, A(1), a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
+      detail::gemm_blocked<A>(m, n, k, al, a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
                               b.strides()[1], add ? A(1) : A(0), c.data(), c.strides()[0], c.strides()[1],
                               detail::default_gemm_threads(m, n, k), max_isa_);
     } else {
@@ -169,7 +193,7 @@ class cpu {
       for (index_t i0 = 0; i0 < m; i0 += panel) {
         const index_t rows = std::min(panel, m - i0);
         const TensorView<A> wv(w, Shape{rows, n});
-        detail::gemm_blocked<A>(rows, n, k, A(1), a.data() + i0 * a.strides()[0], a.strides()[0], a.strides()[1],
+        detail::gemm_blocked<A>(rows, n, k, al, a.data() + i0 * a.strides()[0], a.strides()[0], a.strides()[1],
                                 b.data(), b.strides()[0], b.strides()[1], A(0), w, n, index_t{1},
                                 detail::default_gemm_threads(rows, n, k), max_isa_);
         const auto ci = c.slice(0, i0, i0 + rows);
@@ -199,6 +223,7 @@ class cpu {
   Arena* keep_;
   bool saving_;
   gemm_isa max_isa_;
+  fp8::scaling_state* fp8_;
 };
 
 }  // namespace precis::op
@@ -268,6 +293,46 @@ constexpr gemm_isa gemm_isa_for() {
   return gemm_isa::avx512_bf16;
 }
 
+/// The tape's fp8 scaling state under an fp8 policy, null otherwise.
+template <class P>
+fp8::scaling_state* fp8_state_of(Tape<P>& t) {
+  if constexpr (policy::fp8_policy<P>) return &t.fp8();
+  else return nullptr;
+}
+
+/// Whether an op's types cast its GEMM operands to scaled fp8 (policy::op_types::scaled).
+template <class T>
+constexpr bool scaled = requires { requires T::scaled; };
+
+/// The saved state every GEMM op keeps besides its operands: the fp8 entry and the operands'
+/// scales (null and 1 when the op is not scaled).
+struct gemm_scales {
+  fp8::gemm_scaling* fp8 = nullptr;
+  float s0 = 1.0f, s1 = 1.0f;
+};
+
+/// A GEMM op's forward operand I (0: the input, 1: the weight) read in T::storage: when T is
+/// scaled (fp8), cast by the entry's input or weight scaling with its scale written to s0 or
+/// s1; otherwise x itself or its copy rounded once (the scale stays 1). Kept for the backward.
+template <class T, int I, class Ctx, class S, class C>
+auto gemm_operand(const Ctx& ctx, const TensorView<S, C>& x, gemm_scales& sc) {
+  if constexpr (scaled<T>) {
+    if constexpr (I == 0) return ctx.cast_fp8(x, sc.fp8->input, sc.s0, true);
+    else return ctx.cast_fp8(x, sc.fp8->weight, sc.s1, true);
+  } else {
+    return ctx.template as<typename T::storage>(x, true);
+  }
+}
+
+/// The output gradient gy as a GEMM operand of the backward: under a scaled T, cast to
+/// T::grad_operand with the entry's grad_output scaling (scale written to `scale`); gy itself
+/// otherwise.
+template <class T, class Ctx, class G>
+auto grad_operand(const Ctx& ctx, const TensorView<const G>& gy, const gemm_scales& sc, float& scale) {
+  if constexpr (scaled<T>) return ctx.cast_fp8(gy, sc.fp8->grad_output, scale, false);
+  else return gy;
+}
+
 /// Whether an op's state is stored in its tape node rather than in the arena.
 template <class St, class P>
 constexpr bool state_fits_node() {
@@ -280,7 +345,7 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using O = typename T::output;
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
-  const op::cpu ctx(t.scratch(), t.arena(), false, gemm_isa_for<P>());
+  const op::cpu ctx(t.scratch(), t.arena(), false, gemm_isa_for<P>(), fp8_state_of(t));
   using G = grad_t<P, O>;
   const TensorView<const G> gy = grad_ref<const G, P>{&t, n.out};  // allocated (zero) if never reached
   const TensorView<const O> y = value_ref<O, P>{&t, n.out};
@@ -332,7 +397,7 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   }
   St st{a, {x.id()...}, {}};
   if constexpr (!detail::ad::view_op<Op>) {
-    const op::cpu ctx(t.scratch(), t.arena(), needs_grad, detail::ad::gemm_isa_for<P>());
+    const op::cpu ctx(t.scratch(), t.arena(), needs_grad, detail::ad::gemm_isa_for<P>(), detail::ad::fp8_state_of(t));
     Op::template forward<T>(ctx, st.attrs, t.template value_view<O>(y.id()), st.saved, x.value()...);
   }
   if (y.requires_grad()) {
@@ -351,7 +416,8 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
 }
 
 /// Evaluates op Op eagerly under policy P on tensors or views: the same forward as the tape's,
-/// nothing recorded. A view op returns a view of its argument.
+/// nothing recorded. A view op returns a view of its argument. Under an fp8 policy an eager call
+/// has no history, so its casts use current scaling (or none under fp8::no_scaling).
 template <class P, class Op, class... X>
 auto evaluate(const typename Op::attrs& a, const X&... x) {
   if constexpr (detail::ad::view_op<Op>) {
@@ -361,7 +427,13 @@ auto evaluate(const typename Op::attrs& a, const X&... x) {
     using O = typename T::output;
     auto y = Tensor<O>::uninitialized(Op::shape(a, as_view(x).shape()...));
     Arena temp, keep;
-    const op::cpu ctx(temp, keep, false, detail::ad::gemm_isa_for<P>());
+    std::unique_ptr<fp8::scaling_state> f8;
+    if constexpr (policy::fp8_policy<P>) {
+      fp8::recipe r(typename P::fp8_recipe{});
+      if (r.which == fp8::recipe::kind::delayed) r = fp8::current_scaling{};
+      f8 = std::make_unique<fp8::scaling_state>(r);
+    }
+    const op::cpu ctx(temp, keep, false, detail::ad::gemm_isa_for<P>(), f8.get());
     typename Op::template saved<T> sv{};
     Op::template forward<T>(ctx, a, y.view(), sv, detail::ad::plain_view(as_view(x).as_const())...);
     return y;

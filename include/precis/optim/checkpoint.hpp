@@ -190,6 +190,14 @@ class checkpoint_reader {
   const std::string& path() const noexcept { return path_; }
   std::size_t size() const noexcept { return records_.size(); }
   bool contains(const std::string& name) const { return records_.count(name) != 0; }
+  /// The names of the records that begin with `prefix`, in byte order.
+  std::vector<std::string> names_with_prefix(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (auto it = records_.lower_bound(prefix); it != records_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      out.push_back(it->first);
+    }
+    return out;
+  }
 
   /// Fails unless record `name` exists with dtype T and this shape.
   template <class T>
@@ -216,10 +224,13 @@ class checkpoint_reader {
     }
   }
 
- private:
+  /// Throws checkpoint_error("precis::checkpoint: <path> <what>"): for the parts of a model
+  /// (such as fp8 scaling state) that validate their own records.
   [[noreturn]] void fail(const std::string& what) const {
     throw checkpoint_error("precis::checkpoint: " + path_ + " " + what);
   }
+
+ private:
 
   template <class T>
   T get(std::size_t& at, std::size_t end, const char* what) const {

@@ -25,6 +25,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "precis/format/random.hpp"
@@ -217,9 +219,15 @@ class MixedPrecisionOptimizer {
   // ---- checkpoints ------------------------------------------------------------------------
 
   /// Writes parameters, masters, optimizer state, step count, scaler state and the random
-  /// stream atomically (optim/checkpoint.hpp describes the format).
-  void save(const std::string& path) const {
+  /// stream atomically (optim/checkpoint.hpp describes the format), and the records of each
+  /// extra part: state kept outside the optimizer, such as a tape's fp8 scaling
+  /// (opt.save(path, tape.fp8())); a part has checkpoint_save(writer), checkpoint_stage(reader)
+  /// (validates, returns what a load installs, with its record count) and
+  /// checkpoint_commit(staged).
+  template <class... Part>
+  void save(const std::string& path, const Part&... part) const {
     checkpoint_writer w;
+    (part.checkpoint_save(w), ...);
     for (const slot& s : slots_) {
       w.add("param/" + s.name, s.p->value.shape(), s.p->value.data());
       if constexpr (has_masters) w.add("master/" + s.name, s.master.shape(), s.master.data());
@@ -241,7 +249,10 @@ class MixedPrecisionOptimizer {
   /// Reads a checkpoint written by save() for the same model, rule and options. Everything is
   /// validated before anything changes: a truncated, damaged or mismatched file throws
   /// checkpoint_error and leaves the parameters, masters and state untouched.
-  void load(const std::string& path) {
+  /// The extra parts must be those given to save(); each is validated with the rest and changes
+  /// only if everything does.
+  template <class... Part>
+  void load(const std::string& path, Part&... part) {
     const checkpoint_reader r(path);
     std::size_t expected = 3;
     for (const slot& s : slots_) {  // phase 1: every record present, of the right dtype and shape
@@ -260,6 +271,8 @@ class MixedPrecisionOptimizer {
         ++expected;
       }
     }
+    auto staged = std::make_tuple(part.checkpoint_stage(r)...);
+    std::apply([&](const auto&... st) { ((expected += st.records), ...); }, staged);
     r.expect_count(expected);
     std::int64_t counters[6];
     r.copy("optimizer/counters", Shape{6}, counters);
@@ -289,6 +302,9 @@ class MixedPrecisionOptimizer {
       }
       if (s.compensation.size() > 0) r.copy("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
     }
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (part.checkpoint_commit(std::move(std::get<I>(staged))), ...);
+    }(std::index_sequence_for<Part...>{});
     scaler_ = std::move(trial);
     steps_ = counters[0];
     rng_.set_state(rng);

@@ -4,7 +4,9 @@
 //   true_<T>                 everything in T ("32-true" = true_<float>)
 //   mixed<Low, High = float> autocast-like: parameters and activations in Low, master weights
 //                            and needs-wide ops in High, matmul accumulates in High
-//   fp8_mixed                e4m3 forward, e5m2 gradients, per-tensor scaling, fp32 masters
+//   fp8_mixed                bf16-mixed with fp8 GEMMs: matmul, linear and conv2d cast their
+//                            operands to scaled e4m3 (forward) and e5m2 (gradients), accumulate
+//                            and return in fp32; fp8_mixed_with<Recipe> picks the scaling recipe
 //   strict<P>                P, with every unsafe choice a compile error
 //   named<"bf16-mixed">      the strings PyTorch Lightning users know
 // op_types<P, Op, In...> answers for an op and its input storage types; users customize a
@@ -20,6 +22,7 @@
 
 #include "precis/error.hpp"
 #include "precis/format/format.hpp"
+#include "precis/fp8/scaling.hpp"
 #include "precis/policy/table.hpp"
 #include "precis/tensor/elementwise.hpp"
 
@@ -68,6 +71,10 @@ std::string precision_string() {
 template <class... T>
 using widest_t = typename detail::widest<T...>::type;
 
+/// A policy that casts GEMM operands to scaled fp8 (it names an fp8 recipe: fp8_mixed_with).
+template <class P>
+concept fp8_policy = requires { typename P::fp8_recipe; };
+
 /// Shared by the built-in policies. Low: low-precision-safe ops and parameter storage; High:
 /// needs-wide ops and accumulators; Grad: gradient storage; Master: master weights.
 template <class Low, class High, class Grad, class Master, bool LossScaling>
@@ -106,12 +113,29 @@ struct mixed : basic_policy<Low, High, Low, High, detail::narrow_range<Low>()> {
   }
 };
 
-/// fp8 training in the style of NVIDIA's Transformer Engine: e4m3 forward (parameters and
-/// activations), e5m2 gradients, each tensor scaled by its own factor, fp32 masters.
-struct fp8_mixed : basic_policy<float8_e4m3, float, float8_e5m2, float, true> {
-  static constexpr bool per_tensor_scaling = true;
-  static std::string name() { return "fp8-mixed"; }
+/// fp8 training in the style of NVIDIA's Transformer Engine: the GEMM ops (matmul, linear,
+/// conv2d) cast their forward operands to e4m3 and their output gradient to e5m2, each tensor
+/// with its own fp32 scale chosen by Recipe (fp8::current_scaling, fp8::delayed_scaling or
+/// fp8::no_scaling), accumulate in fp32 and return fp32. Every other op runs as under
+/// bf16-mixed: parameters and activations in bf16, fp32 masters; needs-wide ops never see fp8.
+/// Per-tensor scaling replaces loss scaling. The scales live in the tape (Tape::fp8()).
+template <class Recipe = fp8::current_scaling>
+struct fp8_mixed_with : basic_policy<bfloat16, float, bfloat16, float, false> {
+  static constexpr bool per_tensor_scaling = !std::is_same_v<Recipe, fp8::no_scaling>;
+  using fp8_recipe = Recipe;
+  using fp8_forward = float8_e4m3;   // GEMM operands in the forward pass
+  using fp8_backward = float8_e5m2;  // the output gradient in the backward pass
+  static std::string name() {
+    if constexpr (std::is_same_v<Recipe, fp8::current_scaling>) return "fp8-mixed";
+    else if constexpr (std::is_same_v<Recipe, fp8::delayed_scaling>) return "fp8-mixed<delayed>";
+    else if constexpr (std::is_same_v<Recipe, fp8::no_scaling>) return "fp8-mixed<unscaled>";
+    else return "fp8-mixed<" + fp8::recipe(Recipe{}).str() + ">";
+  }
 };
+
+/// "fp8-mixed": current scaling (each cast scales from the tensor's own amax), so the first step
+/// is already scaled; fp8_mixed_with<fp8::delayed_scaling> is Transformer Engine's DelayedScaling.
+using fp8_mixed = fp8_mixed_with<>;
 
 /// P with every unsafe choice a compile error (see op_types).
 template <class P>
@@ -139,6 +163,16 @@ struct unsafe_compute_type {
 };
 
 template <class Op, class Type, class SafeAlternative>
+struct unscaled_fp8_storage {
+  static_assert(detail::always_false<Op, Type>::value,
+                "precis::policy::strict: this op would store or read its values in an fp8 format without a "
+                "scale. fp8 is only safe as a scaled GEMM operand (fp8_mixed: matmul, linear and conv2d cast "
+                "with a per-tensor scale); the op, the fp8 type and a safe alternative policy are the template "
+                "arguments of unscaled_fp8_storage<Op, Type, SafeAlternative> in the 'In instantiation of' line "
+                "of this diagnostic.");
+};
+
+template <class Op, class Type, class SafeAlternative>
 struct unsafe_accumulator {
   static_assert(detail::always_false<Op, Type>::value,
                 "precis::policy::strict: this op is 'low-precision safe' only with a wide accumulator, and "
@@ -149,11 +183,32 @@ struct unsafe_accumulator {
 
 namespace detail {
 
+/// The fp8 formats of a policy with a recipe (void for the others).
+template <class P, bool Scaled>
+struct fp8_types {
+  using forward = void;
+  using backward = void;
+};
+template <class P>
+struct fp8_types<P, true> {
+  using forward = typename P::fp8_forward;
+  using backward = typename P::fp8_backward;
+};
+
+/// Whether policy P casts op Op's GEMM operands to scaled fp8 (P names an fp8 recipe and Op is
+/// one of the GEMM ops that take part: Op::scaled_fp8).
+template <class P, class Op>
+constexpr bool scaled_fp8() {
+  return fp8_policy<P> && requires { requires Op::scaled_fp8; };
+}
+
 /// Under a strict policy, instantiates the diagnostic for an unsafe (op, type) pair.
-template <class P, class Op, safety Class, class Compute, class Accumulate, class SafeAlternative>
+template <class P, class Op, safety Class, class Compute, class Accumulate, class Output, bool Scaled, class SafeAlternative>
 constexpr bool strict_check() {
   if constexpr (P::is_strict) {
-    if constexpr (Class == safety::needs_wide && !is_wide<Compute>()) {
+    if constexpr (!Scaled && (fp8::is_fp8<Compute> || fp8::is_fp8<Output>)) {
+      return sizeof(unscaled_fp8_storage<Op, std::conditional_t<fp8::is_fp8<Compute>, Compute, Output>, fp8_mixed>) > 0;
+    } else if constexpr (Class == safety::needs_wide && !is_wide<Compute>()) {
       return sizeof(unsafe_compute_type<Op, Compute, SafeAlternative>) > 0;
     } else if constexpr (Class == safety::low_precision_safe && !is_wide<Accumulate>()) {
       return sizeof(unsafe_accumulator<Op, Accumulate, SafeAlternative>) > 0;
@@ -179,23 +234,31 @@ constexpr bool strict_check() {
 ///   promote:            storage = output = widest(In...), accumulator = arithmetic
 ///   neutral:            storage = output = widest(In...), accumulator = arithmetic
 /// (promote and neutral ops have no sum in their forward; their backward's sums over broadcast
-/// axes run in the arithmetic type, as autocast's do). Specialize for your own policy and an op
-/// to change one entry.
+/// axes run in the arithmetic type, as autocast's do). Under an fp8 policy (P::fp8_recipe), the
+/// GEMM ops that take part (Op::scaled_fp8: matmul, linear, conv2d) read their operands as
+/// scaled P::fp8_forward, their output gradient as scaled P::fp8_backward (grad_operand), and
+/// accumulate and return in High. A strict policy rejects any other fp8 storage. Specialize for
+/// your own policy and an op to change one entry.
 template <class P, class Op, class... In>
 struct op_types {
   static_assert(sizeof...(In) > 0, "precis::policy::op_types: name the op's input storage types");
   static constexpr safety safety_class = P::template safety_of<Op>;
   using low = typename P::low_type;
   using high = typename P::high_type;
-  using storage = std::conditional_t<safety_class == safety::low_precision_safe, low,
-                                     std::conditional_t<safety_class == safety::needs_wide, widest_t<high, In...>,
-                                                        widest_t<In...>>>;
+  /// Whether the op casts its operands to scaled fp8 (see above).
+  static constexpr bool scaled = detail::scaled_fp8<P, Op>();
+  using storage = std::conditional_t<
+      scaled, typename detail::fp8_types<P, scaled>::forward,
+      std::conditional_t<safety_class == safety::low_precision_safe, low,
+                         std::conditional_t<safety_class == safety::needs_wide, widest_t<high, In...>, widest_t<In...>>>>;
+  /// The format the output gradient is cast to in the backward (scaled ops; storage otherwise).
+  using grad_operand = std::conditional_t<scaled, typename detail::fp8_types<P, scaled>::backward, storage>;
   using arithmetic = default_compute_t<storage>;
   using accumulator = std::conditional_t<safety_class == safety::low_precision_safe, high,
                                          std::conditional_t<safety_class == safety::needs_wide, storage, arithmetic>>;
-  using output = std::conditional_t<safety_class == safety::low_precision_safe, low, storage>;
+  using output = std::conditional_t<scaled, high, std::conditional_t<safety_class == safety::low_precision_safe, low, storage>>;
 
-  static_assert(detail::strict_check<P, Op, safety_class, storage, accumulator, mixed<low, float>>());
+  static_assert(detail::strict_check<P, Op, safety_class, storage, accumulator, output, scaled, mixed<low, float>>());
 };
 
 // ---- named policies -------------------------------------------------------------------------
