@@ -13,12 +13,16 @@ from plotting import exponent_histogram, line_plot
 
 
 def table(rows):
-    lines = ["| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads | fp8 saturated | fp8 flushed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def frac(v):
+        return "–" if v is None else f"{v:.2e}"
+
     for r in rows:
         lines.append(f"| {r['policy']} | {r['epochs']} | {r['test_accuracy']:.4f} | {r['final_train_loss']:.4f} | {r['seconds_per_epoch']:.1f} | "
                      f"{r['memory_mib']:.1f} | {r['skipped_steps']} | {r['final_loss_scale']:g} | {r['fp16_flushed_grads']:.2e} | "
-                     f"{r['zero_grads']:.4f} |")
+                     f"{r['zero_grads']:.4f} | {frac(r.get('fp8_saturated'))} | {frac(r.get('fp8_flushed'))} |")
     return "\n".join(lines)
 
 
@@ -85,7 +89,8 @@ Setup: cross-entropy, SGD with momentum {st['momentum']} and cosine learning-rat
 {st['lr']} to 0, batch {st['batch']}, over the 60000 training images, seed {st['seed']}; test
 accuracy on the 10000 test images. Every policy of a model starts from the same initial weights
 and sees the same batches. `make demo` trains the MLP under every policy and the CNN and the ViT
-under 32-true, bf16-mixed and 16-mixed, for a few epochs each (the epochs column);
+under 32-true, bf16-mixed and 16-mixed (the CNN also under fp8-mixed), for a few epochs each (the
+epochs column);
 `make demo-full` (`train_fashion_mnist --full`) runs every model under every policy for longer.
 
 Columns:
@@ -100,6 +105,11 @@ Columns:
 - **zero grads**: the fraction of weight-gradient values that are exactly 0: pixels that are 0
   across a whole batch, and inactive ReLUs.
 - Both gradient columns are sampled every 20 steps over the whole run.
+- **fp8 saturated, fp8 flushed** (fp8 policies): of every element cast to fp8 during training
+  (the GEMMs' e4m3 operands and e5m2 output gradients), the fraction that saturated at the
+  format's largest value and the fraction that were nonzero and became zero. fp8-mixed scales
+  each tensor from its own amax (current scaling); fp8-mixed/unscaled makes the same casts with
+  every scale 1, which is what scaling buys.
 
 {body}"""
     with open(os.path.join(docs, "demo.md"), "w") as f:

@@ -42,10 +42,11 @@ std::string generate() {
   for_each_named([&]<class P>(const char* name, const char* type) {
     out << "| `\"" << name << "\"` | `" << type << "` | " << n<typename P::param_type>() << " | "
         << n<typename P::grad_type>() << " | " << n<typename P::master_type>() << " | " << n<typename P::high_type>()
-        << " | " << (P::needs_loss_scaling ? (P::per_tensor_scaling ? "yes, per tensor" : "yes") : "no") << " |\n";
+        << " | " << (P::per_tensor_scaling ? "no: a scale per fp8 tensor" : P::needs_loss_scaling ? "yes" : "no") << " |\n";
   });
   out << "\n### Every op under every named policy\n\nInputs stored as the policy's parameter type; each cell is "
-         "storage / arithmetic / accumulator / output.\n\n| op | class |";
+         "storage / arithmetic / accumulator / output. \"scaled\": the operands are cast with a per-tensor scale "
+         "and the output gradient to scaled fp8_e5m2 (fp8-mixed's GEMMs).\n\n| op | class |";
   for_each_named([&]<class P>(const char* name, const char*) { out << " " << name << " |"; });
   out << "\n|---|---|";
   for_each_named([&]<class P>(const char*, const char*) { out << "---|"; });
@@ -55,7 +56,7 @@ std::string generate() {
     for_each_named([&]<class P>(const char*, const char*) {
       using L = typename P::param_type;
       using T = pol::op_types<P, Op, L>;
-      out << " " << n<typename T::storage>() << " / " << n<typename T::arithmetic>() << " / "
+      out << " " << n<typename T::storage>() << (T::scaled ? " scaled" : "") << " / " << n<typename T::arithmetic>() << " / "
           << n<typename T::accumulator>() << " / " << n<typename T::output>() << " |";
     });
     out << "\n";

@@ -7,7 +7,7 @@
 //
 // Default plan: the MLP under every policy for 6 epochs, the CNN and the ViT under 32-true,
 // bf16-mixed and 16-mixed for 5 epochs each (the emulated 16-bit '-true' arithmetic costs 3-6x
-// per epoch). --full: every model under every policy, the MLP for 12, the CNN for 8 and the ViT
+// per epoch), the CNN also under fp8-mixed. --full: every model under every policy, the MLP for 12, the CNN for 8 and the ViT
 // for 15 epochs. --policies and --epochs override either.
 //
 // --distributed (builds with MPI): run under `mpirun -np N`; each rank takes B / N rows of every
@@ -16,8 +16,9 @@
 // 0's own shard, before the average. --compress-bf16 sends the gradients as bf16 with error
 // feedback (DataParallel::options::compress_bf16).
 //
-// LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed bf16-true bf16-true+sr
-// 16-true (default: all, in that order). Prints one Markdown table and writes DIR/results.json
+// LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed fp8-mixed fp8-mixed/unscaled
+// bf16-true bf16-true+sr 16-true (default: all, in that order). fp8-mixed/unscaled is
+// fp8_mixed_with<fp8::no_scaling>: the same fp8 casts with every scale 1. Prints one Markdown table and writes DIR/results.json
 // (the table, the loss curves and the gradient-exponent histograms) and DIR/results.csv;
 // bench/demo_report.py turns the JSON into docs/demo.md and its plots.
 //
@@ -28,6 +29,9 @@
 //   memory              the tape's peak (activations, gradients, scratch) + parameters and their
 //                       gradients + the optimizer's masters and state, in MiB
 //   skipped, scale      steps the loss scaler skipped, and its final scale
+//   fp8 saturated, flushed  fp8 policies: the fraction of the elements of every fp8 cast in
+//                       training (GEMM operands and output gradients) that saturated, and that
+//                       were nonzero and became zero
 //   fp16-flushed grads  the fraction of weight-gradient values, unscaled, that are nonzero but
 //                       round to zero in fp16: what fp16 without loss scaling would lose. Under
 //                       16-true the gradients already are fp16 and unscaled, so there it is the
@@ -68,7 +72,8 @@ namespace pol = precis::policy;
 
 namespace {
 
-const std::vector<std::string> all_policies = {"32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "bf16-true+sr", "16-true"};
+const std::vector<std::string> all_policies = {"32-true",   "64-true",     "bf16-mixed",   "16-mixed", "fp8-mixed",
+                                               "fp8-mixed/unscaled", "bf16-true", "bf16-true+sr", "16-true"};
 const std::vector<std::string> all_models = {"mlp", "cnn", "vit"};
 
 // ---- the three models; each maps a batch of flattened images [B, 784] to logits [B, 10] ----------
@@ -172,6 +177,7 @@ struct result {
   double test_accuracy = 0, final_loss = 0, seconds_per_epoch = 0, memory_mib = 0, scale = 1;
   std::int64_t skipped = 0, steps = 0;
   double flushed = 0, zeros = 0;
+  double fp8_saturated = -1, fp8_flushed = -1;  // fractions of the fp8 casts' elements; -1: no fp8
   std::vector<double> curve;        // mean training loss over each tenth of an epoch
   std::vector<std::int64_t> hist;   // weight-gradient counts per binade, hist_lo..hist_hi
   std::int64_t sampled = 0;         // weight-gradient values sampled
@@ -299,6 +305,11 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   std::iota(order.begin(), order.end(), index_t{0});
   xoshiro256pp gen(st.seed);
   Tape<P> tape;
+#if PRECIS_HAS_MPI
+  if constexpr (pol::fp8_policy<P>) {
+    if (dp) dp->attach(tape);  // every rank casts with the same scales
+  }
+#endif
   // fp16 gradients without loss scaling have already lost what underflows: count it against
   // the same step recomputed in fp32
   constexpr bool measure_against_fp32 =
@@ -361,6 +372,11 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
   r.scale = opt.loss_scale();
   r.flushed /= static_cast<double>(r.sampled);
   r.zeros /= static_cast<double>(r.sampled);
+  if constexpr (pol::fp8_policy<P>) {  // every fp8 cast of the training steps
+    const auto tot = tape.fp8().totals();
+    r.fp8_saturated = tot.saturated_fraction();
+    r.fp8_flushed = tot.flushed_fraction();
+  }
 
   std::size_t model_bytes = 0;
   net.for_each_parameter([&](auto& p) {
@@ -404,6 +420,10 @@ result run_model(const std::string& name, const data::labelled_images& tr, const
   if (name == "64-true") return train<Model, pol::named<"64-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
   if (name == "bf16-mixed") return train<Model, pol::named<"bf16-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
   if (name == "16-mixed") return train<Model, pol::named<"16-mixed">>(name, tr, te, st, cl, optim::DynamicLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "fp8-mixed") return train<Model, pol::named<"fp8-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  if (name == "fp8-mixed/unscaled") {
+    return train<Model, pol::fp8_mixed_with<fp8::no_scaling>>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
+  }
   if (name == "bf16-true") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
   if (name == "bf16-true+sr") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::stochastic, epochs);
   return train<Model, pol::named<"16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
@@ -412,7 +432,7 @@ result run_model(const std::string& name, const data::labelled_images& tr, const
 /// The policies and epochs a model runs with: --policies and --epochs when given; otherwise
 /// the MLP runs every policy for 6 epochs, and the CNN and the ViT, whose emulated 16-bit
 /// '-true' arithmetic costs 3-6x per epoch (docs/demo.md), run 32-true, bf16-mixed and
-/// 16-mixed for 5 epochs (--full: every policy, more epochs).
+/// 16-mixed for 5 epochs, the CNN also fp8-mixed (--full: every policy, more epochs).
 struct plan {
   std::vector<std::string> policies;
   int epochs;
@@ -420,7 +440,7 @@ struct plan {
 plan plan_for(const std::string& model, const settings& st) {
   plan p;
   if (model == "mlp") p = {all_policies, st.full ? 12 : 6};
-  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 8 : 5};
+  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed", "fp8-mixed"}, st.full ? 8 : 5};
   else p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 15 : 5};
   if (st.full) p.policies = all_policies;
   if (!st.policies.empty()) p.policies = st.policies;
@@ -449,10 +469,11 @@ result run(const std::string& model, const std::string& name, const data::labell
                "usage: train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
                "                           [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
-               "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,bf16-true,bf16-true+sr,16-true\n"
+               "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,fp8-mixed,fp8-mixed/unscaled,bf16-true,\n"
+               "  bf16-true+sr,16-true\n"
                "  default: the MLP under every policy for 6 epochs; the CNN (5 epochs) and the ViT (5 epochs) under\n"
-               "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy, the MLP for 12, the CNN\n"
-               "  for 8 and the ViT for 15 epochs\n",
+               "  32-true, bf16-mixed and 16-mixed, the CNN also fp8-mixed; --full runs every model under every policy,\n"
+               "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n",
                why.c_str());
   std::exit(2);
 }
@@ -532,20 +553,24 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   }
   j << "},\n"
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
-  c << "model,policy,epochs,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads\n";
+  c << "model,policy,epochs,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads,"
+       "fp8_saturated,fp8_flushed\n";
+  const auto fp8_json = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const result& r = rows[k];
     j << "    {\"model\": " << json_string(r.model) << ", \"policy\": " << json_string(r.policy) << ", \"epochs\": " << r.epochs
       << ", \"test_accuracy\": " << r.test_accuracy << ", \"final_train_loss\": " << r.final_loss
       << ", \"seconds_per_epoch\": " << r.seconds_per_epoch << ", \"memory_mib\": " << r.memory_mib << ", \"skipped_steps\": " << r.skipped
       << ", \"final_loss_scale\": " << r.scale << ", \"fp16_flushed_grads\": " << r.flushed << ", \"zero_grads\": " << r.zeros
+      << ", \"fp8_saturated\": " << fp8_json(r.fp8_saturated) << ", \"fp8_flushed\": " << fp8_json(r.fp8_flushed)
       << ", \"steps\": " << r.steps << ", \"gradient_values_sampled\": " << r.sampled << ",\n     \"curve\": [";
     for (std::size_t i = 0; i < r.curve.size(); ++i) j << (i ? ", " : "") << r.curve[i];
     j << "],\n     \"histogram\": [";
     for (std::size_t i = 0; i < r.hist.size(); ++i) j << (i ? ", " : "") << r.hist[i];
     j << "]}" << (k + 1 < rows.size() ? "," : "") << "\n";
     c << r.model << "," << r.policy << "," << r.epochs << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
-      << r.scale << "," << r.flushed << "," << r.zeros << "\n";
+      << r.scale << "," << r.flushed << "," << r.zeros << "," << (r.fp8_saturated < 0 ? "" : std::to_string(r.fp8_saturated)) << ","
+      << (r.fp8_flushed < 0 ? "" : std::to_string(r.fp8_flushed)) << "\n";
   }
   j << "  ]\n}\n";
   if (!j || !c) throw precis::error("train_fashion_mnist: writing " + json_path + " or " + csv_path + " failed");
@@ -602,12 +627,19 @@ int main(int argc, char** argv) {
     if (cl.rank != 0) return 0;
     for (const auto& m : st.models) {
       std::printf("\n%s (%s)\n\n", m.c_str(), description(m));
-      std::printf("| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      std::printf("| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads | fp8 saturated | fp8 flushed |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const auto& r : rows) {
         if (r.model != m) continue;
-        std::printf("| %s | %d | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f |\n", r.policy.c_str(), r.epochs, r.test_accuracy,
-                    r.final_loss, r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros);
+        const auto frac = [](double v) {
+          char b[32];
+          if (v < 0) return std::string("–");
+          std::snprintf(b, sizeof b, "%.2e", v);
+          return std::string(b);
+        };
+        std::printf("| %s | %d | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f | %s | %s |\n", r.policy.c_str(), r.epochs, r.test_accuracy,
+                    r.final_loss, r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros,
+                    frac(r.fp8_saturated).c_str(), frac(r.fp8_flushed).c_str());
       }
     }
     write_outputs(st, cl.size, rows);

@@ -216,6 +216,53 @@ TEST(DataParallel, EachStepMatchesOneRankWithTheWholeBatch) {
   }
 }
 
+// fp8-mixed under DataParallel: each rank's inputs have another magnitude (so its own amaxes
+// differ), yet after attach(tape) every cast on every rank uses the same scale, at every step,
+// under current scaling (amax reduced at each cast) and delayed scaling (reduced in reset()).
+template <class P>
+void fp8_scales_agree() {
+  auto& w = world();
+  const problem data(13);
+  nn::MLP<P> net({features, 8, classes}, nn::activation::relu, 5);
+  optim::MixedPrecisionOptimizer opt(net, optim::SGD{.lr = 0.1}, optim::NoLossScaler{});
+  dist::DataParallel dp(w, net, opt);
+  Tape<P> tape;
+  auto xr = data.rows(w.rank(), w.size());
+  for (auto& v : xr) v *= static_cast<float>(10 * (1 + w.rank()));
+  const auto yr = data.labels(w.rank(), w.size());
+  if (w.size() > 1) {  // without attach, backward refuses: the scales would differ
+    auto loss = cross_entropy(net(tape.borrow(xr)), yr);
+    EXPECT_THROW(dp.backward(tape, loss), dist::dist_error);
+    tape.reset();
+  }
+  dp.attach(tape);
+  bool amax_differed = false;
+  for (int step = 0; step < 6; ++step) {
+    tape.reset();
+    opt.zero_grad();
+    dp.backward(tape, cross_entropy(net(tape.borrow(xr)), yr));
+    dp.step();
+    std::vector<float> mine, amax;
+    for (std::size_t k = 0; k < tape.fp8().size(); ++k) {
+      const auto& g = tape.fp8()[k];
+      mine.insert(mine.end(), {g.input.last_scale(), g.weight.last_scale(), g.grad_output.last_scale(), g.input.delayed().scale(),
+                               g.grad_output.delayed().scale()});
+      amax.push_back(g.input.last().amax);
+    }
+    ASSERT_EQ(mine.size(), 10u);
+    const auto all = w.allgather(std::span<const float>(mine));
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], mine[i % mine.size()]) << P::name() << " step " << step << " value " << i;
+    const auto amaxes = w.allgather(std::span<const float>(amax));
+    for (std::size_t i = 0; i < amaxes.size(); ++i) amax_differed = amax_differed || amaxes[i] != amax[i % amax.size()];
+  }
+  if (w.size() > 1) EXPECT_TRUE(amax_differed) << "the ranks' own amaxes never differed: the test shows nothing";
+}
+
+TEST(DataParallel, Fp8ScalesAgreeOnEveryRankAtEveryStep) {
+  fp8_scales_agree<pol::named<"fp8-mixed">>();
+  fp8_scales_agree<pol::fp8_mixed_with<fp8::delayed_scaling>>();
+}
+
 TEST(DataParallel, AnOverflowOnOneRankSkipsTheStepEverywhere) {
   using P = pol::named<"16-mixed">;
   auto& w = world();

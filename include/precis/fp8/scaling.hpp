@@ -383,6 +383,7 @@ class tensor_scaling {
   /// the statistics. Returns the scale used.
   float cast(const float* x, std::size_t n, F8* out, const amax_reducer* reduce) {
     const float scale = choose(x, n, reduce);
+    last_scale_ = scale;
     last_ = quantize_into<F8>(x, n, scale, out);
     total_.add(last_);
     if (recipe_.which == recipe::kind::delayed) delayed_.record(last_.amax);
@@ -392,8 +393,9 @@ class tensor_scaling {
   /// The delayed recipe's state (history and scale); unused by the other recipes.
   const delayed_scaler<F8>& delayed() const noexcept { return delayed_; }
   delayed_scaler<F8>& delayed() noexcept { return delayed_; }
-  /// The last cast's statistics (its amax is this rank's own).
+  /// The last cast's statistics (its amax is this rank's own) and the scale it used.
   const cast_stats& last() const noexcept { return last_; }
+  float last_scale() const noexcept { return last_scale_; }
   const telemetry& total() const noexcept { return total_; }
   void reset_telemetry() noexcept { total_ = {}; }
 
@@ -401,6 +403,7 @@ class tensor_scaling {
   recipe recipe_;
   delayed_scaler<F8> delayed_;
   cast_stats last_{};
+  float last_scale_ = 1.0f;
   telemetry total_{};
 };
 
