@@ -555,7 +555,13 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
   c << "model,policy,epochs,test_accuracy,final_train_loss,seconds_per_epoch,memory_mib,skipped_steps,final_loss_scale,fp16_flushed_grads,zero_grads,"
        "fp8_saturated,fp8_flushed\n";
-  const auto fp8_json = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
+  const auto fp8_json = [](double v) {
+    if (v < 0) return std::string("null");
+    std::ostringstream o;
+    o.precision(9);
+    o << v;
+    return o.str();
+  };
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const result& r = rows[k];
     j << "    {\"model\": " << json_string(r.model) << ", \"policy\": " << json_string(r.policy) << ", \"epochs\": " << r.epochs
@@ -569,8 +575,8 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
     for (std::size_t i = 0; i < r.hist.size(); ++i) j << (i ? ", " : "") << r.hist[i];
     j << "]}" << (k + 1 < rows.size() ? "," : "") << "\n";
     c << r.model << "," << r.policy << "," << r.epochs << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
-      << r.scale << "," << r.flushed << "," << r.zeros << "," << (r.fp8_saturated < 0 ? "" : std::to_string(r.fp8_saturated)) << ","
-      << (r.fp8_flushed < 0 ? "" : std::to_string(r.fp8_flushed)) << "\n";
+      << r.scale << "," << r.flushed << "," << r.zeros << "," << (r.fp8_saturated < 0 ? "" : fp8_json(r.fp8_saturated)) << ","
+      << (r.fp8_flushed < 0 ? "" : fp8_json(r.fp8_flushed)) << "\n";
   }
   j << "  ]\n}\n";
   if (!j || !c) throw precis::error("train_fashion_mnist: writing " + json_path + " or " + csv_path + " failed");
