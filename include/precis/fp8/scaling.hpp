@@ -207,16 +207,18 @@ cast_stats quantize_into(const float* x, std::size_t n, float scale, F8* out) {
   st.count = n;
   st.amax = detail::amax_of(x, n);
   constexpr std::size_t chunk = 1024;
+  // a result is zero when its bits other than the sign are
+  constexpr auto magnitude = static_cast<typename F8::storage_type>((1u << (8 * sizeof(typename F8::storage_type) - 1)) - 1u);
   float buf[chunk];
   for (std::size_t i0 = 0; i0 < n; i0 += chunk) {
     const std::size_t len = std::min(chunk, n - i0);
     for (std::size_t i = 0; i < len; ++i) buf[i] = x[i0 + i] * scale;
     convert(std::span<const float>(buf, len), std::span<F8>(out + i0, len), rounding::nearest_even, overflow::saturate);
-    std::size_t sat = 0, flush = 0;
+    unsigned sat = 0, flush = 0;  // branch-free, so the loop vectorizes
     for (std::size_t i = 0; i < len; ++i) {
-      sat += std::fabs(buf[i]) >= overflow_at ? 1u : 0u;
       const float v = x[i0 + i];
-      flush += (v != 0.0f && !std::isnan(v) && static_cast<float>(out[i0 + i]) == 0.0f) ? 1u : 0u;
+      sat += static_cast<unsigned>(std::fabs(buf[i]) >= overflow_at);
+      flush += static_cast<unsigned>((v != 0.0f) & (v == v) & ((out[i0 + i].bits() & magnitude) == 0));
     }
     st.saturated += sat;
     st.flushed += flush;
