@@ -1,4 +1,4 @@
-// The mixed-precision optimizer's step (issue 7): the unscale + finite-check pass and the update
+// The mixed-precision optimizer's step (docs/optim.md): the unscale + finite-check pass and the update
 // pass over every parameter, timed together, as GB/s of the bytes the step reads and writes,
 // against memcpy of the same number of bytes in the same run.
 //

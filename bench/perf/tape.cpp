@@ -1,4 +1,4 @@
-// The tape's cost (issue 6):
+// The tape's cost:
 //  - per-op overhead: forward + backward of a chain of ops on 8-element tensors, in ns per op,
 //    beside the same element-wise math run straight through the tensor engine (no tape) in the
 //    same run;

@@ -1,5 +1,5 @@
-// format_traits against the formats' specifications (REFERENCES.md: OCP OFP8 Rev 1.0 Tables
-// 1-2, IEEE 754-2019, NVIDIA's tf32), and minifloat arithmetic against exact arithmetic.
+// format_traits against the formats' specifications (OCP OFP8 Formats spec Rev 1.0, Tables
+// 1-2; IEEE 754-2019; NVIDIA's tf32), and minifloat arithmetic against exact arithmetic.
 #include <gtest/gtest.h>
 
 #include <boost/multiprecision/cpp_bin_float.hpp>

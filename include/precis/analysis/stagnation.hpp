@@ -1,4 +1,4 @@
-// Stagnation of sums computed in a format (DESIGN.md numerics cases 2 and 3):
+// Stagnation of sums computed in a format (numerics cases 2 and 3, docs/numerics.md):
 //   ones:     1 + 1 + 1 + ... until the sum stops growing (at 2^t for t significand bits);
 //   harmonic: 1 + 1/2 + 1/3 + ... until adding the next term leaves the sum unchanged
 //             (Higham & Pranesh, "Simulating low precision floating-point arithmetic", SIAM J.

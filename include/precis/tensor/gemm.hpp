@@ -11,12 +11,12 @@
 //                  float, half, bfloat16, fp8, tf32, minifloat. bfloat16 x bfloat16 with
 //                  AVX512-BF16: a 12 x 32 vdpbf16ps tile on bf16 pairs, bit-identical to those
 //                  except that fp32 denormals are flushed to zero.
-//                  (float x float -> float goes to Eigen's product when the translation unit
-//                  is compiled with AVX2+FMA, where Eigen measures faster; see below.)
 //   Acc = double : AVX-512F 12 x 16 tile, or AVX2+FMA 6 x 8 (bit-identical results).
 //   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
 //                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
+// Which kernel runs depends only on the CPU and the cap below, never on the flags a translation
+// unit was compiled with: every translation unit of a program gets the same gemm<Acc>.
 // Error: every entry satisfies |C - fl(C)| <= gamma_K |A||B| in the accumulator's u (Higham,
 // eq. 3.12), plus one rounding into C's storage when that differs from Acc.
 #pragma once
@@ -28,8 +28,6 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "precis/tensor/elementwise.hpp"
 #include "precis/tensor/gemm/kernel_avx2.hpp"
@@ -392,36 +390,6 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   gemm_packed(select_kernel<Acc>(isa), m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
 }
 
-// Eigen's float/double product, when this translation unit lets Eigen use AVX2+FMA: measured
-// faster than precis's tile kernel there (docs/benchmarks.md). Without those flags Eigen falls
-// back to SSE2 and precis's run-time-dispatched AVX2 kernel is ~2x faster, so it is used instead.
-#if defined(__AVX2__) && defined(__FMA__) && !defined(PRECIS_NO_EIGEN_GEMM)
-#define PRECIS_EIGEN_GEMM 1
-#else
-#define PRECIS_EIGEN_GEMM 0
-#endif
-
-#if PRECIS_EIGEN_GEMM
-template <class T>
-void eigen_gemm(index_t m, index_t n, index_t k, T alpha, const T* a, index_t rsa, index_t csa,
-                const T* b, index_t rsb, index_t csb, T beta, T* c, index_t rsc, index_t csc,
-                int threads) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Str = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
-  Eigen::Map<const Mat, Eigen::Unaligned, Str> A(a, m, k, Str(rsa, csa)), B(b, k, n, Str(rsb, csb));
-  Eigen::Map<Mat, Eigen::Unaligned, Str> C(c, m, n, Str(rsc, csc));
-  const int saved = Eigen::nbThreads();
-  Eigen::setNbThreads(threads);
-  if (beta == T(0)) {
-    C.noalias() = alpha * (A * B);
-  } else {
-    C *= beta;
-    C.noalias() += alpha * (A * B);
-  }
-  Eigen::setNbThreads(saved);
-}
-#endif
-
 /// An accumulator whose GEMM is not the blocked one (the tensor-core models of precis::tc):
 /// specialized with a static run(alpha, A, B, beta, C, threads) taking checked 2-D views.
 template <class Acc>
@@ -463,19 +431,6 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, Cm&& c_, 
     detail::gemm_override<Acc>::run(alpha, a, b, beta, c, threads);
   } else {
     using SC = storage_of<Cm>;
-#if PRECIS_EIGEN_GEMM
-    if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) &&
-                  std::is_same_v<storage_of<A>, Acc> && std::is_same_v<storage_of<B>, Acc> &&
-                  std::is_same_v<SC, Acc>) {
-      // Eigen's AVX2 product is faster than precis's AVX2 kernel, not than its AVX-512 one
-      if (k > 0 && gemm_isa_in_use() < gemm_isa::avx512) {
-        detail::eigen_gemm<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
-                                b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
-                                c.strides()[1], threads);
-        return;
-      }
-    }
-#endif
     if constexpr (std::is_same_v<SC, Acc>) {
       detail::gemm_blocked<Acc>(m, n, k, alpha, a.data(), a.strides()[0], a.strides()[1], b.data(),
                                 b.strides()[0], b.strides()[1], beta, c.data(), c.strides()[0],
