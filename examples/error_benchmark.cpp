@@ -2,7 +2,7 @@
 // bf16 vectors accumulated in bf16 itself, against the exact value and the deterministic and
 // probabilistic bounds.
 #include <cstdio>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 int main() {

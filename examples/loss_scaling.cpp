@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <precis/data/idx.hpp>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <string>
 #include <vector>

@@ -53,7 +53,7 @@
 #include <map>
 #include <numeric>
 #include <precis/data/idx.hpp>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <sstream>
 #include <string>
@@ -64,7 +64,7 @@
 #endif
 #if PRECIS_HAS_MPI
 #include <optional>
-#include <precis/dist/dist.hpp>
+#include <precis/dist/all.hpp>
 #endif
 
 using namespace precis;

@@ -8,7 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <vector>
 

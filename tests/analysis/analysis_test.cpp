@@ -5,7 +5,7 @@
 
 #include <bit>
 #include <cmath>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 using namespace precis;

@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <precis/dist/dist.hpp>
-#include <precis/optim/optim.hpp>
+#include <precis/dist/all.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <string>
 #include <thread>

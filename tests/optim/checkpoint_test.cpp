@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <random>
 #include <string>

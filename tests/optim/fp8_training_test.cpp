@@ -18,7 +18,7 @@
 #include <vector>
 
 #include <precis/nn/nn.hpp>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 
 using namespace precis;

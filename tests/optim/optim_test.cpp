@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <vector>
 

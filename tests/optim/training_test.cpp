@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <string>
 #include <vector>

@@ -1,10 +1,5 @@
-// The analysis layer in one include: error metrics, bounds from the literature, exact
-// references, and underflow/overflow statistics.
+// The former name of precis/analysis/all.hpp, kept for existing code: every directory's
+// umbrella header is all.hpp.
 #pragma once
 
-#include "precis/analysis/bounds.hpp"
-#include "precis/analysis/metrics.hpp"
-#include "precis/analysis/reference.hpp"
-#include "precis/analysis/stagnation.hpp"
-#include "precis/analysis/summation.hpp"
-#include "precis/analysis/underflow.hpp"
+#include "precis/analysis/all.hpp"

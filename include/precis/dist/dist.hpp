@@ -1,6 +1,5 @@
-// precis::dist: data-parallel training over MPI (communicator and collectives, DataParallel).
-// Needs <mpi.h> and MPI::MPI_CXX; see docs/distributed.md.
+// The former name of precis/dist/all.hpp, kept for existing code: every directory's
+// umbrella header is all.hpp.
 #pragma once
 
-#include "precis/dist/data_parallel.hpp"
-#include "precis/dist/mpi.hpp"
+#include "precis/dist/all.hpp"

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "precis/error.hpp"
-#include "precis/format/format.hpp"
+#include "precis/format/all.hpp"
 #include "precis/format/convert.hpp"
 #include "precis/optim/checkpoint.hpp"
 #include "precis/tensor/tensor.hpp"

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "precis/error.hpp"
-#include "precis/format/format.hpp"
+#include "precis/format/all.hpp"
 #include "precis/tensor/shape.hpp"
 
 namespace precis::optim {

@@ -1,6 +1,5 @@
-// Optimizers, loss scalers and the mixed-precision wrapper with master weights.
+// The former name of precis/optim/all.hpp, kept for existing code: every directory's
+// umbrella header is all.hpp.
 #pragma once
 
-#include "precis/optim/mixed_precision.hpp"
-#include "precis/optim/optimizers.hpp"
-#include "precis/optim/scaler.hpp"
+#include "precis/optim/all.hpp"

@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "precis/error.hpp"
-#include "precis/format/format.hpp"
+#include "precis/format/all.hpp"
 #include "precis/fp8/scaling.hpp"
 #include "precis/policy/table.hpp"
 #include "precis/tensor/elementwise.hpp"

@@ -36,7 +36,7 @@
 #include <type_traits>
 
 #include "precis/error.hpp"
-#include "precis/format/format.hpp"
+#include "precis/format/all.hpp"
 
 namespace precis::tc {
 

@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "precis/error.hpp"
-#include "precis/format/format.hpp"
+#include "precis/format/all.hpp"
 #include "precis/tensor/shape.hpp"
 
 namespace precis {

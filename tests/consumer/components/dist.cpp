@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include <precis/dist/dist.hpp>
+#include <precis/dist/all.hpp>
 
 int main() {
   // 10 items over 3 ranks: contiguous shards whose sizes differ by at most one

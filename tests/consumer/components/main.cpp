@@ -3,7 +3,7 @@
 #include <fstream>
 #include <string>
 
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/data/idx.hpp>
 #include <precis/precis.hpp>
 
