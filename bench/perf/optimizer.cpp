@@ -34,7 +34,7 @@ void step(benchmark::State& state, Rule rule) {
   fill_uniform(p->value, -1, 1, 1);
   fill_uniform(p->grad, -1, 1, 2);
   optim::MixedPrecisionOptimizer<P, Rule, optim::StaticLossScaler> opt(m, rule, optim::StaticLossScaler(1024));
-  const double k = rule.state_arrays();
+  const double k = static_cast<double>(precis::optim::active_states(rule));
   const bool masters = !std::is_same_v<S, M>;
   const double bytes = sizeof(G) + sizeof(G) + (masters ? 2.0 * sizeof(M) + sizeof(S) : 2.0 * sizeof(S)) + 2 * k * sizeof(M);
   for (auto _ : state) {

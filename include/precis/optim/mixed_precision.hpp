@@ -1,5 +1,5 @@
-// precis::optim::MixedPrecisionOptimizer: an optimizer rule (SGD, Adam, AdamW) over a module's
-// parameters under policy P, with a loss scaler.
+// precis::optim::MixedPrecisionOptimizer: an optimizer rule (SGD, Adam, AdamW, or any type that
+// is an optim::optimizer_rule) over a module's parameters under policy P, with a loss scaler.
 //
 //   optim::MixedPrecisionOptimizer opt(net, optim::AdamW{}, optim::DynamicLossScaler{});
 //   opt.backward(tape, loss);            // backward seeded with the loss scale
@@ -45,6 +45,14 @@ enum class update_rounding {
   kahan        // keep the rounding error in a compensation tensor and add it back next step
 };
 
+namespace detail {
+template <class R>
+consteval std::size_t rule_state_count() {
+  if constexpr (rule_has_state_count<R>) return R::state_count;
+  else return 0;
+}
+}  // namespace detail
+
 template <class P, class Rule, loss_scaler Scaler = DynamicLossScaler>
 class MixedPrecisionOptimizer {
  public:
@@ -55,6 +63,22 @@ class MixedPrecisionOptimizer {
   using parameter = nn::Parameter<param_type, grad_type>;
   static constexpr bool has_masters = !std::is_same_v<param_type, master_type>;
 
+  // What the rule lacks, one member at a time (optimizers.hpp shows a whole rule).
+  static_assert(detail::rule_has_state_count<Rule>,
+                "optimizer rule: missing `static constexpr std::size_t state_count` (how many state arrays "
+                "the rule keeps per parameter; 0 for none)");
+  static_assert(detail::rule_has_prepare<Rule>,
+                "optimizer rule: missing `struct context` and `context prepare(std::int64_t step) const` (the "
+                "per-step values: learning rate, bias corrections)");
+  static_assert(detail::rule_has_validate<Rule>,
+                "optimizer rule: missing `void validate() const` (throws invalid_argument on bad hyperparameters)");
+  static_assert(!detail::rule_has_prepare<Rule> || detail::rule_updates<Rule, default_compute_t<typename P::master_type>>,
+                "optimizer rule: missing `T update(T w, T g, T* state, const context&) const` for the master "
+                "weights' arithmetic T (a template over T serves every policy)");
+  static_assert(std::copy_constructible<Rule>, "optimizer rule: must be copy-constructible");
+  /// State arrays per parameter the rule may use.
+  static constexpr std::size_t state_count = detail::rule_state_count<Rule>();
+
   struct options {
     update_rounding rounding = update_rounding::nearest;  // for parameters without masters
     std::uint64_t seed = 0x5eed;                          // for stochastic rounding
@@ -64,6 +88,11 @@ class MixedPrecisionOptimizer {
   MixedPrecisionOptimizer(nn::Module<P>& module, Rule rule, Scaler scaler = Scaler{}, options o = {})
       : rule_(std::move(rule)), scaler_(std::move(scaler)), o_(o), rng_(o.seed) {
     rule_.validate();
+    n_states_ = active_states(rule_);
+    if (n_states_ > state_count) {
+      throw invalid_argument("precis::optim::MixedPrecisionOptimizer: the rule's active_states() is " + std::to_string(n_states_) +
+                             "; expected at most its state_count, " + std::to_string(state_count));
+    }
     if (o_.accumulation_steps < 1) {
       throw invalid_argument("precis::optim::MixedPrecisionOptimizer: accumulation_steps = " +
                              std::to_string(o_.accumulation_steps) + "; expected >= 1");
@@ -80,7 +109,7 @@ class MixedPrecisionOptimizer {
       } else if (o_.rounding == update_rounding::kahan) {
         s.compensation = Tensor<param_type>(p->value.shape());
       }
-      for (int k = 0; k < rule_.state_arrays(); ++k) s.state[static_cast<std::size_t>(k)] = Tensor<master_type>(p->value.shape());
+      for (std::size_t k = 0; k < n_states_; ++k) s.state[k] = Tensor<master_type>(p->value.shape());
       slots_.push_back(std::move(s));
     }
   }
@@ -231,8 +260,8 @@ class MixedPrecisionOptimizer {
     for (const slot& s : slots_) {
       w.add("param/" + s.name, s.p->value.shape(), s.p->value.data());
       if constexpr (has_masters) w.add("master/" + s.name, s.master.shape(), s.master.data());
-      for (int k = 0; k < rule_.state_arrays(); ++k) {
-        const auto& t = s.state[static_cast<std::size_t>(k)];
+      for (std::size_t k = 0; k < n_states_; ++k) {
+        const auto& t = s.state[k];
         w.add("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
       }
       if (s.compensation.size() > 0) w.add("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
@@ -262,7 +291,7 @@ class MixedPrecisionOptimizer {
         r.check<master_type>("master/" + s.name, s.master.shape());
         ++expected;
       }
-      for (int k = 0; k < rule_.state_arrays(); ++k) {
+      for (std::size_t k = 0; k < n_states_; ++k) {
         r.check<master_type>("state" + std::to_string(k) + "/" + s.name, s.p->value.shape());
         ++expected;
       }
@@ -296,8 +325,8 @@ class MixedPrecisionOptimizer {
     for (slot& s : slots_) {
       r.copy("param/" + s.name, s.p->value.shape(), s.p->value.data());
       if constexpr (has_masters) r.copy("master/" + s.name, s.master.shape(), s.master.data());
-      for (int k = 0; k < rule_.state_arrays(); ++k) {
-        auto& t = s.state[static_cast<std::size_t>(k)];
+      for (std::size_t k = 0; k < n_states_; ++k) {
+        auto& t = s.state[k];
         r.copy("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
       }
       if (s.compensation.size() > 0) r.copy("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
@@ -316,7 +345,7 @@ class MixedPrecisionOptimizer {
     std::string name;
     parameter* p = nullptr;
     Tensor<master_type> master;
-    std::array<Tensor<master_type>, 2> state;
+    std::array<Tensor<master_type>, state_count> state;
     Tensor<param_type> compensation;
   };
 
@@ -331,11 +360,11 @@ class MixedPrecisionOptimizer {
     namespace pd = precis::detail;
     constexpr index_t C = pd::chunk;
     const index_t n = s.p->value.size();
-    const int k = rule_.state_arrays();
+    const std::size_t k = n_states_;
     param_type* w = s.p->value.data();
     const grad_type* g = s.p->grad.data();
     std::array<T, C> gbuf, wbuf, old;
-    std::array<std::array<T, C>, 2> sbuf;
+    std::array<std::array<T, C>, state_count> sbuf;
     for (index_t c0 = 0; c0 < n; c0 += C) {
       const index_t len = std::min(C, n - c0);
       const T* gv = pd::load_run<T>(g + c0, len, 1, gbuf.data());
@@ -348,16 +377,17 @@ class MixedPrecisionOptimizer {
         if (pv != wbuf.data()) std::copy_n(pv, len, wbuf.data());
         if (o_.rounding != update_rounding::nearest) std::copy_n(wbuf.data(), len, old.data());
       }
-      std::array<T*, 2> sv{sbuf[0].data(), sbuf[1].data()};
-      for (int j = 0; j < k; ++j) {
-        const auto js = static_cast<std::size_t>(j);
-        const T* v = pd::load_run<T>(s.state[js].data() + c0, len, 1, sbuf[js].data());
-        if (v != sbuf[js].data()) std::copy_n(v, len, sbuf[js].data());
+      std::array<T*, state_count> sv{};
+      if constexpr (state_count > 0) {
+        for (std::size_t j = 0; j < k; ++j) {
+          sv[j] = sbuf[j].data();
+          const T* v = pd::load_run<T>(s.state[j].data() + c0, len, 1, sbuf[j].data());
+          if (v != sbuf[j].data()) std::copy_n(v, len, sbuf[j].data());
+        }
       }
       run_rule(wv, gv, sv, len, k, ctx, factor);
-      for (int j = 0; j < k; ++j) {
-        const auto js = static_cast<std::size_t>(j);
-        pd::store_run(sbuf[js].data(), s.state[js].data() + c0, len, index_t{1});
+      if constexpr (state_count > 0) {
+        for (std::size_t j = 0; j < k; ++j) pd::store_run(sbuf[j].data(), s.state[j].data() + c0, len, index_t{1});
       }
       if constexpr (has_masters) {
         pd::store_run(wv, s.master.data() + c0, len, index_t{1});
@@ -371,40 +401,32 @@ class MixedPrecisionOptimizer {
     }
   }
 
-  /// The rule over dense arrays; the branches on the state count are outside the loops so each
-  /// loop is a straight line the compiler can vectorize.
+  /// The rule over dense arrays of k active states (sv[j] for j < k): first the rule's vector
+  /// kernel where it declares one (for float), then update() on the rest. With at most one state
+  /// each weight's state is updated in place, a straight loop the compiler can vectorize.
   template <class Ctx>
-  void run_rule(compute_type* w, const compute_type* g, std::array<compute_type*, 2> sv, index_t len, int k, const Ctx& ctx,
-                compute_type factor) const {
+  void run_rule(compute_type* w, const compute_type* g, const std::array<compute_type*, state_count>& sv, index_t len,
+                std::size_t k, const Ctx& ctx, compute_type factor) const {
     using T = compute_type;
-    if (k < 2) {
-      T* s0 = k == 1 ? sv[0] : nullptr;
-      index_t i = 0;
-#if PRECIS_X86_SIMD
-      if constexpr (std::is_same_v<Rule, SGD> && std::is_same_v<T, float>) {
-        if (precis::detail::cpu_has_avx2_f16c()) {
-          i = static_cast<index_t>(simd::sgd_float(w, g, s0, static_cast<std::size_t>(len), factor, rule_, ctx));
-        }
-      }
-#endif
-      for (; i < len; ++i) w[i] = rule_.update(w[i], T(g[i] * factor), s0 == nullptr ? s0 : s0 + i, ctx);
+    index_t i = 0;
+    if constexpr (std::is_same_v<T, float> && detail::rule_has_update_run<Rule>) {
+      i = static_cast<index_t>(rule_.update_run(w, g, sv, static_cast<std::size_t>(len), factor, ctx));
+    }
+    if constexpr (state_count == 0) {
+      for (; i < len; ++i) w[i] = rule_.update(w[i], T(g[i] * factor), static_cast<T*>(nullptr), ctx);
     } else {
-      T* s0 = sv[0];
-      T* s1 = sv[1];
-      index_t i = 0;
-#if PRECIS_X86_SIMD
-      // sqrt and division keep GCC from vectorizing Adam's loop (errno semantics): a kernel
-      if constexpr (std::is_base_of_v<Adam, Rule> && std::is_same_v<T, float>) {
-        if (precis::detail::cpu_has_avx2_f16c()) {
-          i = static_cast<index_t>(simd::adam_float(w, g, s0, s1, static_cast<std::size_t>(len), factor, rule_, ctx));
+      if (k == 0) {
+        for (; i < len; ++i) w[i] = rule_.update(w[i], T(g[i] * factor), static_cast<T*>(nullptr), ctx);
+      } else if (k == 1) {
+        T* s0 = sv[0];
+        for (; i < len; ++i) w[i] = rule_.update(w[i], T(g[i] * factor), s0 + i, ctx);
+      } else {
+        std::array<T, state_count> st{};
+        for (; i < len; ++i) {
+          for (std::size_t j = 0; j < k; ++j) st[j] = sv[j][i];
+          w[i] = rule_.update(w[i], T(g[i] * factor), st.data(), ctx);
+          for (std::size_t j = 0; j < k; ++j) sv[j][i] = st[j];
         }
-      }
-#endif
-      for (; i < len; ++i) {
-        T st[2] = {s0[i], s1[i]};
-        w[i] = rule_.update(w[i], T(g[i] * factor), st, ctx);
-        s0[i] = st[0];
-        s1[i] = st[1];
       }
     }
   }
@@ -438,6 +460,7 @@ class MixedPrecisionOptimizer {
   options o_;
   xoshiro256pp rng_;
   std::vector<slot> slots_;
+  std::size_t n_states_ = 0;
   std::int64_t steps_ = 0;
   bool unscaled_ = false;
   bool found_inf_ = false;

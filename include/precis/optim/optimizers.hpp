@@ -1,17 +1,86 @@
 // Optimizer update rules, element by element, in the arithmetic of the master weights. Each rule
 // is a small struct: its hyperparameters, how many state arrays it keeps per parameter, a
-// per-step context (learning rate, bias corrections) and the update of one weight.
+// per-step context (learning rate, bias corrections) and the update of one weight. Any struct
+// with the members `optimizer_rule` names is a rule (examples/adan_rule.hpp writes one).
 // The definitions follow PyTorch's torch.optim (SGD, Adam, AdamW) so results can be compared.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "precis/error.hpp"
 #include "precis/format/convert.hpp"
 
 namespace precis::optim {
+
+// ---- what a rule is -------------------------------------------------------------------------
+//
+//   struct MyRule {
+//     static constexpr std::size_t state_count = 3;    // state arrays per parameter (any number)
+//     struct context { ... };                          // what prepare() computes once per step
+//     context prepare(std::int64_t step) const;        // step = 1, 2, ... (updates applied)
+//     void validate() const;                           // throws invalid_argument on bad values
+//     template <class T> T update(T w, T g, T* s, const context&) const;
+//                                      // the new weight; s: this weight's state_count values
+//     // optional:
+//     std::size_t active_states() const;  // arrays these hyperparameters use (<= state_count;
+//                                         // SGD without momentum keeps none)
+//     std::size_t update_run(float* w, const float* g, std::array<float*, state_count> s,
+//                            std::size_t n, float factor, const context&) const;
+//         // a vector kernel over n weights whose gradients are multiplied by factor first:
+//         // updates a prefix, returns its length (the rest goes through update()). It must
+//         // compute what update() computes; a rule deriving from one that has it and changing
+//         // update() must declare its own.
+//   };
+
+namespace detail {
+template <class R>
+concept rule_has_state_count = requires {
+  { R::state_count } -> std::convertible_to<std::size_t>;
+  typename std::integral_constant<std::size_t, R::state_count>;  // a constant expression
+};
+template <class R>
+concept rule_has_prepare = requires(const R r, std::int64_t step) {
+  typename R::context;
+  { r.prepare(step) } -> std::same_as<typename R::context>;
+};
+template <class R>
+concept rule_has_validate = requires(const R r) { r.validate(); };
+template <class R, class T>
+concept rule_updates = requires(const R r, T w, T g, T* s, const typename R::context& c) {
+  { r.update(w, g, s, c) } -> std::convertible_to<T>;
+};
+template <class R>
+concept rule_has_active_states = requires(const R r) {
+  { r.active_states() } -> std::convertible_to<std::size_t>;
+};
+template <class R>
+concept rule_has_update_run =
+    requires(const R r, float* w, const float* g, std::array<float*, R::state_count> s, std::size_t n, float f,
+             const typename R::context& c) {
+      { r.update_run(w, g, s, n, f, c) } -> std::same_as<std::size_t>;
+    };
+}  // namespace detail
+
+/// An optimizer update rule for weights whose arithmetic is T (see above for the members).
+template <class R, class T = float>
+concept optimizer_rule = std::copy_constructible<R> && detail::rule_has_state_count<R> && detail::rule_has_prepare<R> &&
+                         detail::rule_has_validate<R> && detail::rule_updates<R, T>;
+
+/// The state arrays a rule uses with its current hyperparameters.
+template <class R>
+std::size_t active_states(const R& r) {
+  if constexpr (detail::rule_has_active_states<R>) {
+    return static_cast<std::size_t>(r.active_states());
+  } else {
+    return R::state_count;
+  }
+}
 
 /// SGD with momentum, dampening, Nesterov momentum and L2 weight decay (torch.optim.SGD):
 ///   g += wd w;  b = mu b + (1 - dampening) g (b = g on the first step);
@@ -28,7 +97,8 @@ struct SGD {
     bool first;
   };
 
-  int state_arrays() const { return momentum != 0 ? 1 : 0; }
+  static constexpr std::size_t state_count = 1;  // the momentum buffer
+  std::size_t active_states() const { return momentum != 0 ? 1 : 0; }
   void validate() const {
     if (!(lr >= 0) || !(momentum >= 0) || !(weight_decay >= 0) || (nesterov && (momentum <= 0 || dampening != 0))) {
       throw invalid_argument("precis::optim::SGD: lr = " + std::to_string(lr) + ", momentum = " + std::to_string(momentum) +
@@ -48,6 +118,8 @@ struct SGD {
     }
     return w - T(c.lr) * g;
   }
+  std::size_t update_run(float* w, const float* g, std::array<float*, 1> s, std::size_t n, float factor,
+                         const context& c) const;
 };
 
 /// Adam (Kingma & Ba 2015) as torch.optim.Adam, with L2 weight decay added to the gradient;
@@ -64,7 +136,7 @@ struct Adam {
     double lr, c1, c2;  // bias corrections 1 - beta^t
   };
 
-  int state_arrays() const { return 2; }
+  static constexpr std::size_t state_count = 2;  // first and second moments
   void validate() const {
     if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(weight_decay >= 0)) {
       throw invalid_argument("precis::optim::Adam: lr = " + std::to_string(lr) + ", betas = (" + std::to_string(beta1) + ", " +
@@ -90,6 +162,8 @@ struct Adam {
     const T vhat = s[1] / T(c.c2);
     return w - T(c.lr) * mhat / (sqrt(vhat) + T(eps));
   }
+  std::size_t update_run(float* w, const float* g, std::array<float*, 2> s, std::size_t n, float factor,
+                         const context& c) const;
 };
 
 namespace simd {
@@ -148,6 +222,27 @@ PRECIS_TARGET_AVX2 inline std::size_t adam_float(float* w, const float* g, float
 #endif
 }  // namespace simd
 
+inline std::size_t SGD::update_run(float* w, const float* g, std::array<float*, 1> s, std::size_t n, float factor,
+                                   const context& c) const {
+#if PRECIS_X86_SIMD
+  if (precis::detail::cpu_has_avx2_f16c()) return simd::sgd_float(w, g, momentum != 0 ? s[0] : nullptr, n, factor, *this, c);
+#else
+  (void)w, (void)g, (void)s, (void)n, (void)factor, (void)c;
+#endif
+  return 0;
+}
+
+inline std::size_t Adam::update_run(float* w, const float* g, std::array<float*, 2> s, std::size_t n, float factor,
+                                    const context& c) const {
+#if PRECIS_X86_SIMD
+  // sqrt and division keep GCC from vectorizing the scalar loop (errno semantics): a kernel
+  if (precis::detail::cpu_has_avx2_f16c()) return simd::adam_float(w, g, s[0], s[1], n, factor, *this, c);
+#else
+  (void)w, (void)g, (void)s, (void)n, (void)factor, (void)c;
+#endif
+  return 0;
+}
+
 /// AdamW: Adam with decoupled weight decay (PyTorch's default weight_decay = 0.01).
 struct AdamW : Adam {
   AdamW() {
@@ -155,5 +250,8 @@ struct AdamW : Adam {
     weight_decay = 0.01;
   }
 };
+
+static_assert(optimizer_rule<SGD> && optimizer_rule<Adam> && optimizer_rule<AdamW> && optimizer_rule<SGD, double> &&
+              detail::rule_has_update_run<SGD> && detail::rule_has_update_run<AdamW>);
 
 }  // namespace precis::optim
