@@ -27,4 +27,11 @@ class shape_error : public error {
   using error::error;
 };
 
+/// Calls in an order the object cannot accept (e.g. an optimizer stepping twice before the loss
+/// scaler it shares is updated).
+class usage_error : public error {
+ public:
+  using error::error;
+};
+
 }  // namespace precis

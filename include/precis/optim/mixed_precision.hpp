@@ -24,6 +24,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -127,46 +128,41 @@ class MixedPrecisionOptimizer {
   /// gradient is not finite).
   double unscale() {
     if (unscaled_) return grad_norm_;
-    const double inv = inverse_scale();
+    // per-loss scaling: whatever a plain backward() added since is at the optimizer's own scale
+    if (summing_) loss_inf_ = !absorb(1.0 / scaler_.scale()) || loss_inf_;
     double ssq = 0;
     bool finite = true;
-    std::array<float, precis::detail::chunk> buf;
     for (const slot& s : slots_) {
-      const grad_type* g = s.p->grad.data();
-      const index_t n = s.p->grad.size();
-      for (index_t c0 = 0; c0 < n; c0 += precis::detail::chunk) {
-        const index_t len = std::min(precis::detail::chunk, n - c0);
-        double part = 0;
-        if constexpr (std::is_same_v<compute_type, float>) {
-          // widened in bulk, squared and summed in double: no finite float overflows there
-          const float* v = precis::detail::load_run<float>(g + c0, len, 1, buf.data());
-          // eight independent partial sums: the additions pipeline and vectorize (one chain
-          // would be latency-bound at an add per 4 cycles)
-          std::array<double, 8> acc{};
-          index_t i = 0;
-          for (; i + 8 <= len; i += 8) {
-            for (std::size_t l = 0; l < 8; ++l) {
-              const double x = static_cast<double>(v[i + static_cast<index_t>(l)]);
-              acc[l] += x * x;
-            }
-          }
-          for (; i < len; ++i) acc[0] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
-          part = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        } else {
-          for (index_t i = 0; i < len; ++i) {
-            const double v = static_cast<double>(precis::detail::load<compute_type>(g[c0 + i]));
-            part += v * v;
-          }
-        }
-        finite = finite && std::isfinite(part);
-        ssq += part;
-      }
+      const auto [part, ok] = summing_ ? squares(s.sum.data(), s.sum.size()) : squares(s.p->grad.data(), s.p->grad.size());
+      finite = finite && ok;
+      ssq += part;
     }
-    found_inf_ = !finite;
-    grad_norm_ = finite ? std::sqrt(ssq) * inv : std::numeric_limits<double>::infinity();
+    found_inf_ = !finite || (summing_ && loss_inf_);
+    grad_norm_ = found_inf_ ? std::numeric_limits<double>::infinity() : std::sqrt(ssq) * gradient_factor();
     unscaled_ = true;
     clip_ = 1;
     return grad_norm_;
+  }
+
+  /// Several losses, each with a loss scaler of its own (apex amp's num_losses: losses whose
+  /// gradients differ by orders of magnitude cannot share one scale). Seeds this loss's backward
+  /// with `loss_scaler.scale()`, moves the gradients it produced, unscaled, into the optimizer's
+  /// gradient sum in the master type and zeroes them, and updates `loss_scaler` from whether they
+  /// were all finite (as apex updates each loss's scale after its own backward). step() then
+  /// uses the sum, and skips when any loss's gradients were not finite. Returns whether this
+  /// loss's gradients were finite. Every loss of an iteration goes through this overload (a
+  /// plain backward() in the same iteration would be seeded with the optimizer's own scale and is
+  /// unscaled with that); the sum costs one master-type array per parameter, allocated on first
+  /// use.
+  template <class T, class S, loss_scaler LS>
+  bool backward(T& tape, const Var<P, S>& loss, LS& loss_scaler, bool retain_graph = false) {
+    const double scale = loss_scaler.scale();
+    tape.backward(loss, scale, retain_graph);
+    const bool finite = absorb(1.0 / scale);
+    loss_scaler.update(!finite);
+    loss_inf_ = loss_inf_ || !finite;
+    unscaled_ = false;
+    return finite;
   }
 
   /// Treats this step as overflowed whatever the local gradients hold: step() will skip it and
@@ -210,9 +206,13 @@ class MixedPrecisionOptimizer {
     if (apply) {
       ++steps_;
       const auto ctx = rule_.prepare(steps_);
-      const auto factor = static_cast<compute_type>(inverse_scale() * clip_);
-      for (slot& s : slots_) apply_rule(s, ctx, factor);
+      const auto factor = static_cast<compute_type>(gradient_factor() * clip_);
+      for (slot& s : slots_) {
+        if (summing_) apply_rule(s, s.sum.data(), ctx, factor);
+        else apply_rule(s, s.p->grad.data(), ctx, factor);
+      }
     }
+    clear_sums();
     unscaled_ = false;
     return apply;
   }
@@ -220,6 +220,7 @@ class MixedPrecisionOptimizer {
   /// Zeroes every parameter's gradient.
   void zero_grad() {
     for (slot& s : slots_) std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+    clear_sums();
   }
 
   Scaler& scaler() noexcept { return scaler_; }
@@ -235,6 +236,7 @@ class MixedPrecisionOptimizer {
       if constexpr (has_masters) n += static_cast<std::size_t>(s.master.size()) * sizeof(master_type);
       for (const auto& t : s.state) n += static_cast<std::size_t>(t.size()) * sizeof(master_type);
       n += static_cast<std::size_t>(s.compensation.size()) * sizeof(param_type);
+      n += static_cast<std::size_t>(s.sum.size()) * sizeof(master_type);
     }
     return n;
   }
@@ -347,22 +349,100 @@ class MixedPrecisionOptimizer {
     Tensor<master_type> master;
     std::array<Tensor<master_type>, state_count> state;
     Tensor<param_type> compensation;
+    Tensor<master_type> sum;  // per-loss scaling: the unscaled gradients of this step's losses
   };
 
   double inverse_scale() const { return 1.0 / (scaler_.scale() * static_cast<double>(o_.accumulation_steps)); }
+  /// What the gradients the rule reads are multiplied by: the inverse scale, or only the
+  /// accumulation's 1 / steps for the per-loss sums (already unscaled).
+  double gradient_factor() const { return summing_ ? 1.0 / static_cast<double>(o_.accumulation_steps) : inverse_scale(); }
+
+  /// Sum of squares (in double: no finite float overflows there) of n gradients, and whether
+  /// it is finite.
+  template <class G>
+  static std::pair<double, bool> squares(const G* g, index_t n) {
+    std::array<float, precis::detail::chunk> buf;
+    double ssq = 0;
+    bool finite = true;
+    for (index_t c0 = 0; c0 < n; c0 += precis::detail::chunk) {
+      const index_t len = std::min(precis::detail::chunk, n - c0);
+      double part = 0;
+      if constexpr (std::is_same_v<compute_type, float>) {
+        // widened in bulk; eight independent partial sums, so the additions pipeline and
+        // vectorize (one chain would be latency-bound at an add per 4 cycles)
+        const float* v = precis::detail::load_run<float>(g + c0, len, 1, buf.data());
+        std::array<double, 8> acc{};
+        index_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+          for (std::size_t l = 0; l < 8; ++l) {
+            const double x = static_cast<double>(v[i + static_cast<index_t>(l)]);
+            acc[l] += x * x;
+          }
+        }
+        for (; i < len; ++i) acc[0] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+        part = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      } else {
+        for (index_t i = 0; i < len; ++i) {
+          const double v = static_cast<double>(precis::detail::load<compute_type>(g[c0 + i]));
+          part += v * v;
+        }
+      }
+      finite = finite && std::isfinite(part);
+      ssq += part;
+    }
+    return {ssq, finite};
+  }
+
+  /// Adds every gradient times inv into the per-loss sums (master type, arithmetic T) and zeroes
+  /// the gradient; returns whether every product was finite.
+  bool absorb(double inv) {
+    using T = compute_type;
+    namespace pd = precis::detail;
+    constexpr index_t C = pd::chunk;
+    summing_ = true;
+    const T f = static_cast<T>(inv);
+    bool finite = true;
+    std::array<T, C> gbuf, sbuf;
+    for (slot& s : slots_) {
+      const index_t n = s.p->grad.size();
+      if (s.sum.size() != n) s.sum = Tensor<master_type>(s.p->grad.shape());
+      for (index_t c0 = 0; c0 < n; c0 += C) {
+        const index_t len = std::min(C, n - c0);
+        const T* gv = pd::load_run<T>(s.p->grad.data() + c0, len, 1, gbuf.data());
+        const T* sv = pd::load_run<T>(s.sum.data() + c0, len, 1, sbuf.data());
+        std::array<T, C> out;
+        bool ok = true;
+        for (index_t i = 0; i < len; ++i) {
+          const T v = gv[i] * f;
+          ok = ok && std::isfinite(static_cast<double>(v));
+          out[static_cast<std::size_t>(i)] = sv[i] + v;
+        }
+        finite = finite && ok;
+        pd::store_run(out.data(), s.sum.data() + c0, len, index_t{1});
+      }
+      std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+    }
+    return finite;
+  }
+
+  void clear_sums() {
+    if (!summing_) return;
+    for (slot& s : slots_) std::fill(s.sum.begin(), s.sum.end(), master_type(0));
+    summing_ = false;
+    loss_inf_ = false;
+  }
 
   /// The update of one parameter tensor, a chunk at a time: gradients, masters and state are
   /// widened in bulk (vector conversion kernels), the rule runs over dense arrays of T, and the
   /// results are rounded back in bulk.
-  template <class Ctx>
-  void apply_rule(slot& s, const Ctx& ctx, compute_type factor) {
+  template <class G, class Ctx>
+  void apply_rule(slot& s, const G* g, const Ctx& ctx, compute_type factor) {
     using T = compute_type;
     namespace pd = precis::detail;
     constexpr index_t C = pd::chunk;
     const index_t n = s.p->value.size();
     const std::size_t k = n_states_;
     param_type* w = s.p->value.data();
-    const grad_type* g = s.p->grad.data();
     std::array<T, C> gbuf, wbuf, old;
     std::array<std::array<T, C>, state_count> sbuf;
     for (index_t c0 = 0; c0 < n; c0 += C) {
@@ -464,6 +544,8 @@ class MixedPrecisionOptimizer {
   std::int64_t steps_ = 0;
   bool unscaled_ = false;
   bool found_inf_ = false;
+  bool summing_ = false;   // per-loss scaling: this step's gradients are in the slots' sums
+  bool loss_inf_ = false;  // some loss of this step had non-finite gradients
   double grad_norm_ = 0;
   double clip_ = 1;
 };

@@ -13,10 +13,13 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "precis/error.hpp"
 
@@ -178,6 +181,101 @@ class NoLossScaler : public StaticLossScaler {
   NoLossScaler() : StaticLossScaler(1.0) {}
 };
 
-static_assert(loss_scaler<DynamicLossScaler> && loss_scaler<StaticLossScaler> && loss_scaler<NoLossScaler>);
+/// One loss scale for several optimizers, as torch.amp.GradScaler serves several optimizers
+/// (GANs, models with parameter groups under different rules): every optimizer seeds its backward
+/// with the same scale, unscales and checks its own gradients, and skips its own step when they
+/// are not finite; update(), once per iteration after every step(), applies the scaler's rule to
+/// "some optimizer found a non-finite gradient".
+///
+///   optim::SharedLossScaler<> scaler;                    // a DynamicLossScaler inside
+///   optim::MixedPrecisionOptimizer gen(g, optim::Adam{}, scaler.share());
+///   optim::MixedPrecisionOptimizer dis(d, optim::Adam{}, scaler.share());
+///   ... gen.backward(tape, loss_g) ... dis.backward(tape, loss_d) ...
+///   gen.step();  dis.step();                             // each skips on its own found_inf
+///   scaler.update();                                     // one backoff or growth per iteration
+///
+/// The handles share the scaler with it (it lives as long as any of them). An optimizer that
+/// steps twice without an update() in between is a usage_error, as is an update() with no step
+/// since the last. A handle checkpoints the shared state: loading any one optimizer's checkpoint
+/// restores the scale for all (optimizers saved together hold the same one).
+template <loss_scaler S = DynamicLossScaler>
+class SharedLossScaler {
+  struct shared {
+    S scaler;
+    bool found_inf = false;
+    std::vector<bool> stepped;  // per handle, since the last update()
+  };
+
+ public:
+  /// What each optimizer holds: a loss_scaler whose update() records instead of updating.
+  class handle {
+   public:
+    double scale() const { return st_->scaler.scale(); }
+    bool update(bool found_inf) {
+      auto&& stepped = st_->stepped[index_];
+      if (stepped) {
+        throw usage_error("precis::optim::SharedLossScaler: optimizer " + std::to_string(index_) +
+                          " stepped twice since the last update(); call the shared scaler's update() once per "
+                          "iteration, after every optimizer's step()");
+      }
+      stepped = true;
+      st_->found_inf = st_->found_inf || found_inf;
+      return !found_inf;
+    }
+    scaler_state state() const { return st_->scaler.state(); }
+    void load_state(const scaler_state& st) {
+      S trial = st_->scaler;
+      trial.load_state(st);  // throws, changing nothing, when st is not a state S can reach
+      st_->scaler = std::move(trial);
+      st_->found_inf = false;
+      st_->stepped.assign(st_->stepped.size(), false);
+    }
+    /// This optimizer's position among the scaler's handles.
+    std::size_t index() const noexcept { return index_; }
+
+   private:
+    friend class SharedLossScaler;
+    handle(std::shared_ptr<shared> st, std::size_t index) : st_(std::move(st)), index_(index) {}
+    std::shared_ptr<shared> st_;
+    std::size_t index_;
+  };
+
+  explicit SharedLossScaler(S scaler = S{}) : st_(std::make_shared<shared>(shared{std::move(scaler), false, {}})) {}
+
+  /// A handle for one more optimizer.
+  handle share() {
+    st_->stepped.push_back(false);
+    return handle(st_, st_->stepped.size() - 1);
+  }
+
+  double scale() const { return st_->scaler.scale(); }
+  /// Whether some optimizer has found a non-finite gradient since the last update().
+  bool found_inf() const noexcept { return st_->found_inf; }
+  S& scaler() noexcept { return st_->scaler; }
+  const S& scaler() const noexcept { return st_->scaler; }
+
+  /// Once per iteration, after the optimizers' step(): updates the scale from whether any of them
+  /// found a non-finite gradient; returns whether none did. Optimizers that did not step this
+  /// iteration do not count (GradScaler counts only the optimizers stepped).
+  bool update() {
+    bool any = false;
+    for (bool b : st_->stepped) any = any || b;
+    if (!any) {
+      throw usage_error("precis::optim::SharedLossScaler::update: no optimizer has stepped since the last update(); "
+                        "expected update() once per iteration, after the optimizers' step()");
+    }
+    const bool inf = st_->found_inf;
+    st_->scaler.update(inf);
+    st_->found_inf = false;
+    st_->stepped.assign(st_->stepped.size(), false);
+    return !inf;
+  }
+
+ private:
+  std::shared_ptr<shared> st_;
+};
+
+static_assert(loss_scaler<DynamicLossScaler> && loss_scaler<StaticLossScaler> && loss_scaler<NoLossScaler> &&
+              loss_scaler<SharedLossScaler<>::handle>);
 
 }  // namespace precis::optim
