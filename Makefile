@@ -52,7 +52,7 @@ bench:
 
 # The rounding-error and underflow suite: runs bench/numerics and regenerates docs/numerics.md
 # and its plots from the JSON.
-NUMERICS := formats stagnation stochastic summation dot_gemm underflow tensor_core
+NUMERICS := formats stagnation stochastic summation dot_gemm underflow tensor_core gradients
 numerics:
 	tools/deps.sh numerics
 	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=ON

@@ -8,7 +8,7 @@ build_packages=(cmake make g++ libeigen3-dev libboost-dev zlib1g-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 demo_packages=("${build_packages[@]}" dataset-fashion-mnist python3 gnuplot-nox)
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
-numerics_packages=("${bench_packages[@]}" gnuplot-nox)
+numerics_packages=("${bench_packages[@]}" gnuplot-nox dataset-fashion-mnist)
 
 case "${1:-}" in
   test) wanted=("${test_packages[@]}") ;;

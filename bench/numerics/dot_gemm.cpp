@@ -1,4 +1,4 @@
-// Numerics cases 5 (dot products) and 9 (DESIGN.md).
+// Numerics cases 5 (dot products) and 9 (docs/numerics.md).
 //
 // Case 5, dot products: the sqrt(n) u law of Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019)
 // for inner products computed in F (each product and each addition rounded once to nearest,

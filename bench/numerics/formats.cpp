@@ -1,4 +1,4 @@
-// Numerics case 1 (DESIGN.md): the constants of each format, measured by rounding experiments
+// Numerics case 1 (docs/numerics.md): the constants of each format, measured by rounding experiments
 // (nothing read from precis::format_traits), beside the values in the formats' specifications:
 // IEEE 754-2019 (binary16, binary32, binary64), Google's bfloat16, NVIDIA's TensorFloat-32, and
 // the OCP 8-bit Floating Point Specification v1.0 (E4M3, E5M2). Every experiment rounds a

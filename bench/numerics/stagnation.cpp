@@ -1,4 +1,4 @@
-// Numerics cases 2, 3 and 7 (DESIGN.md): stagnation of a sum of ones, of the harmonic series,
+// Numerics cases 2, 3 and 7 (docs/numerics.md): stagnation of a sum of ones, of the harmonic series,
 // and of repeated weight updates, each measured value printed beside the value from the
 // format's definition, from theory, or from the literature. Counters carry the numbers, so
 // --benchmark_format=json gives machine-readable results; timings are irrelevant here.

@@ -1,4 +1,4 @@
-// Stochastic rounding (DESIGN.md numerics case 4, and the claims of issue 4): SR is unbiased,
+// Stochastic rounding (numerics case 4, docs/numerics.md): SR is unbiased,
 // and a sum rounded stochastically keeps growing with error ~ sqrt(n) u where round to nearest
 // stagnates. Every random draw comes from a seeded xoshiro256++ stream: bit-reproducible.
 #include <cmath>

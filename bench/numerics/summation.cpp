@@ -1,4 +1,4 @@
-// Numerics cases 5 and 6 (DESIGN.md): the sqrt(n) u law for sums, and the summation algorithms
+// Numerics cases 5 and 6 (docs/numerics.md): the sqrt(n) u law for sums, and the summation algorithms
 // in fp16. Every addition is rounded once into the format (analysis/summation.hpp); references
 // are exact (1000-bit) sums of the stored data.
 #include <cmath>
