@@ -17,7 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 #include "common.hpp"

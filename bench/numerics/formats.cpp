@@ -1,9 +1,10 @@
-// Numerics case 1 (docs/numerics.md): the constants of each format, measured by rounding experiments
-// (nothing read from precis::format_traits), beside the values in the formats' specifications:
-// IEEE 754-2019 (binary16, binary32, binary64), Google's bfloat16, NVIDIA's TensorFloat-32, and
-// the OCP 8-bit Floating Point Specification v1.0 (E4M3, E5M2). Every experiment rounds a
-// 1000-bit value (analysis::exact_t) once into the format, so no other rounding interferes.
-#include <precis/analysis/analysis.hpp>
+// Numerics case 1 (docs/numerics.md): the constants of each format, measured by rounding
+// experiments (nothing read from precis::format_traits), beside the values in the formats'
+// specifications: IEEE 754-2019 (binary16, binary32, binary64), Google's bfloat16, NVIDIA's
+// TensorFloat-32, and the OCP 8-bit Floating Point Specification v1.0 (E4M3, E5M2). Every
+// experiment rounds a 1000-bit value (analysis::exact_t) once into the format, so no other rounding
+// interferes.
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 #include "common.hpp"

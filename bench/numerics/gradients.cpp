@@ -25,9 +25,9 @@
 #include <map>
 #include <memory>
 #include <numeric>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/data/idx.hpp>
-#include <precis/optim/optim.hpp>
+#include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <string>
 #include <vector>

@@ -1,10 +1,10 @@
-// Numerics cases 2, 3 and 7 (docs/numerics.md): stagnation of a sum of ones, of the harmonic series,
-// and of repeated weight updates, each measured value printed beside the value from the
+// Numerics cases 2, 3 and 7 (docs/numerics.md): stagnation of a sum of ones, of the harmonic
+// series, and of repeated weight updates, each measured value printed beside the value from the
 // format's definition, from theory, or from the literature. Counters carry the numbers, so
 // --benchmark_format=json gives machine-readable results; timings are irrelevant here.
 #include <bit>
 #include <cmath>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 #include "common.hpp"

@@ -2,7 +2,7 @@
 // and a sum rounded stochastically keeps growing with error ~ sqrt(n) u where round to nearest
 // stagnates. Every random draw comes from a seeded xoshiro256++ stream: bit-reproducible.
 #include <cmath>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 #include <vector>
 

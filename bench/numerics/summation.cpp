@@ -1,8 +1,8 @@
-// Numerics cases 5 and 6 (docs/numerics.md): the sqrt(n) u law for sums, and the summation algorithms
-// in fp16. Every addition is rounded once into the format (analysis/summation.hpp); references
-// are exact (1000-bit) sums of the stored data.
+// Numerics cases 5 and 6 (docs/numerics.md): the sqrt(n) u law for sums, and the summation
+// algorithms in fp16. Every addition is rounded once into the format (analysis/summation.hpp);
+// references are exact (1000-bit) sums of the stored data.
 #include <cmath>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 #include <vector>
 

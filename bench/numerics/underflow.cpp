@@ -8,7 +8,7 @@
 
 #include <cmath>
 #include <string>
-#include <precis/analysis/analysis.hpp>
+#include <precis/analysis/all.hpp>
 #include <precis/precis.hpp>
 
 namespace {

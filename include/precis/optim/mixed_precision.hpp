@@ -459,7 +459,7 @@ class MixedPrecisionOptimizer {
       }
       std::array<T*, state_count> sv{};
       if constexpr (state_count > 0) {
-        for (std::size_t j = 0; j < k; ++j) {
+        for (std::size_t j = 0; j < state_count && j < k; ++j) {
           sv[j] = sbuf[j].data();
           const T* v = pd::load_run<T>(s.state[j].data() + c0, len, 1, sbuf[j].data());
           if (v != sbuf[j].data()) std::copy_n(v, len, sbuf[j].data());
@@ -467,7 +467,7 @@ class MixedPrecisionOptimizer {
       }
       run_rule(wv, gv, sv, len, k, ctx, factor);
       if constexpr (state_count > 0) {
-        for (std::size_t j = 0; j < k; ++j) pd::store_run(sbuf[j].data(), s.state[j].data() + c0, len, index_t{1});
+        for (std::size_t j = 0; j < state_count && j < k; ++j) pd::store_run(sbuf[j].data(), s.state[j].data() + c0, len, index_t{1});
       }
       if constexpr (has_masters) {
         pd::store_run(wv, s.master.data() + c0, len, index_t{1});
@@ -503,9 +503,9 @@ class MixedPrecisionOptimizer {
       } else {
         std::array<T, state_count> st{};
         for (; i < len; ++i) {
-          for (std::size_t j = 0; j < k; ++j) st[j] = sv[j][i];
+          for (std::size_t j = 0; j < state_count && j < k; ++j) st[j] = sv[j][i];
           w[i] = rule_.update(w[i], T(g[i] * factor), st.data(), ctx);
-          for (std::size_t j = 0; j < k; ++j) sv[j][i] = st[j];
+          for (std::size_t j = 0; j < state_count && j < k; ++j) sv[j][i] = st[j];
         }
       }
     }
