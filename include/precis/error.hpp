@@ -27,6 +27,12 @@ class shape_error : public error {
   using error::error;
 };
 
+/// Memory for a result could not be allocated (the message names the shape and the bytes).
+class allocation_error : public error {
+ public:
+  using error::error;
+};
+
 /// Calls in an order the object cannot accept (e.g. an optimizer stepping twice before the loss
 /// scaler it shares is updated).
 class usage_error : public error {

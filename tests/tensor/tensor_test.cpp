@@ -1,6 +1,7 @@
 // Tensor, views, conversion, random fills and Eigen interop.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "support.hpp"
@@ -42,6 +43,24 @@ TEST(Tensor, CopyIsDeepMoveIsCheap) {
   const mp50* p = b.data();
   Tensor<mp50> c = std::move(b);
   EXPECT_EQ(c.data(), p);
+}
+
+TEST(Tensor, SizesThatDoNotFitAreShapeErrorsNotWrapAround) {
+  // element and byte counts are checked before anything is allocated or zero-filled
+  const auto expect_shape_error = [](auto f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "expected a shape_error containing \"" << needle << "\"";
+    } catch (const shape_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const index_t e40 = index_t{1} << 40, e31 = index_t{1} << 31;
+  expect_shape_error([&] { (void)Shape{e40, e40}.numel(); }, "the extents [1099511627776, 1099511627776] have more elements");
+  expect_shape_error([&] { Tensor<float> t(Shape{index_t{1} << 62}); }, "shape [4611686018427387904] of 4-byte elements needs more than");
+  expect_shape_error([&] { (void)Tensor<float>::uninitialized(Shape{e31, e31}); }, "shape [2147483648, 2147483648] of 4-byte elements");
+  expect_shape_error([&] { Tensor<double> t(Shape{e40, e40}); }, "has more elements than index_t holds");
+  EXPECT_EQ((Shape{e31, 2}.numel()), e31 * 2);
 }
 
 TEST(TensorView, SliceSelectTransposeReshape) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -42,10 +43,16 @@ class Shape {
   constexpr const index_t* end() const noexcept { return v_.data() + rank_; }
   constexpr index_t back() const noexcept { return v_[static_cast<std::size_t>(rank_ - 1)]; }
 
-  /// Product of the extents (1 for rank 0).
-  constexpr index_t numel() const noexcept {
+  /// Product of the extents (1 for rank 0). A product that index_t cannot hold (extents read
+  /// from a file, say) throws shape_error naming them rather than wrapping around.
+  constexpr index_t numel() const {
     index_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= v_[static_cast<std::size_t>(i)];
+    for (int i = 0; i < rank_; ++i) {
+      if (__builtin_mul_overflow(n, v_[static_cast<std::size_t>(i)], &n)) {
+        throw shape_error("precis::Shape: the extents " + str() + " have more elements than index_t holds (" +
+                          std::to_string(std::numeric_limits<index_t>::max()) + ")");
+      }
+    }
     return n;
   }
 

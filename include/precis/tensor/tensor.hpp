@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -103,6 +104,27 @@ inline void check_extents(const Shape& shape, const char* op) {
                         " has a negative extent; expected extents >= 0");
     }
   }
+}
+
+/// The element count of a new tensor of `shape` with elements of `bytes_each` bytes, after
+/// checking that the count and the byte count fit (the allocation size is never computed with
+/// overflow). Throws shape_error naming `op` and the shape.
+inline std::size_t checked_elements(const Shape& shape, std::size_t bytes_each, const char* op) {
+  check_extents(shape, op);
+  index_t n = 1;
+  for (index_t e : shape) {
+    if (__builtin_mul_overflow(n, e, &n)) {
+      throw shape_error(std::string(op) + ": shape " + shape.str() + " has more elements than index_t holds");
+    }
+  }
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(n), bytes_each, &bytes) ||
+      bytes > static_cast<std::size_t>(std::numeric_limits<index_t>::max())) {
+    throw shape_error(std::string(op) + ": shape " + shape.str() + " of " + std::to_string(bytes_each) +
+                      "-byte elements needs more than " + std::to_string(std::numeric_limits<index_t>::max()) +
+                      " bytes");
+  }
+  return static_cast<std::size_t>(n);
 }
 
 }  // namespace detail
@@ -408,8 +430,13 @@ class Tensor {
 
  private:
   Tensor(Shape shape, bool zero) : shape_(shape) {
-    detail::check_extents(shape_, "precis::Tensor");
-    buf_ = detail::allocate_aligned<Storage>(static_cast<std::size_t>(shape_.numel()), zero);
+    const std::size_t n = detail::checked_elements(shape_, sizeof(Storage), "precis::Tensor");
+    try {
+      buf_ = detail::allocate_aligned<Storage>(n, zero);
+    } catch (const std::bad_alloc&) {
+      throw allocation_error("precis::Tensor: " + std::to_string(n * sizeof(Storage)) + " bytes for shape " +
+                             shape_.str() + " could not be allocated");
+    }
   }
 
   Shape shape_;
