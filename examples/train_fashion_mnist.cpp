@@ -50,6 +50,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <map>
 #include <numeric>
 #include <precis/data/idx.hpp>
@@ -386,20 +387,25 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
                  (1024.0 * 1024.0);
 
   if (cl.rank != 0) return r;  // rank 0 evaluates and reports
-  // test accuracy, forward only, in chunks of 1000 images
-  const index_t m = te.images.shape()[0], chunk = 1000;
+  // test accuracy, forward only, in chunks of 1000 images (the last one ragged)
+  const index_t m = te.images.shape()[0], chunk = std::min<index_t>(1000, m);
   Tensor<float> tstaging(Shape{chunk, 784});
   Tensor<S> xt(Shape{chunk, 784});
   std::vector<std::int64_t> yt(static_cast<std::size_t>(chunk));
   std::vector<index_t> identity(static_cast<std::size_t>(m));
   std::iota(identity.begin(), identity.end(), index_t{0});
   index_t correct = 0;
-  for (index_t first = 0; first + chunk <= m; first += chunk) {
+  for (index_t first = 0; first < m; first += chunk) {
+    const index_t len = std::min(chunk, m - first);
+    if (len != chunk) {
+      tstaging = Tensor<float>(Shape{len, 784});
+      xt = Tensor<S>(Shape{len, 784});
+    }
     gather(te, identity, first, tstaging, xt, yt);
     tape.reset();
     auto guard = tape.no_grad();
     const auto logits = net(tape.borrow(xt)).value();
-    for (index_t i = 0; i < chunk; ++i) {
+    for (index_t i = 0; i < len; ++i) {
       index_t best = 0;
       for (index_t j = 1; j < 10; ++j) {
         if (static_cast<double>(logits(i, j)) > static_cast<double>(logits(i, best))) best = j;
@@ -407,7 +413,7 @@ result train(const std::string& name, const data::labelled_images& tr, const dat
       correct += best == yt[static_cast<std::size_t>(i)];
     }
   }
-  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(m / chunk * chunk);
+  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(m);
   return r;
 }
 
@@ -464,7 +470,8 @@ result run(const std::string& model, const std::string& name, const data::labell
 }
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
+  const bool help = why == "help";  // asked for: the text on stdout, exit 0
+  std::fprintf(help ? stdout : stderr,
                "train_fashion_mnist: %s\n"
                "usage: train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
                "                           [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
@@ -474,8 +481,8 @@ result run(const std::string& model, const std::string& name, const data::labell
                "  default: the MLP under every policy for 6 epochs; the CNN (5 epochs) and the ViT (5 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed, the CNN also fp8-mixed; --full runs every model under every policy,\n"
                "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n",
-               why.c_str());
-  std::exit(2);
+               help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str());
+  std::exit(help ? 0 : 2);
 }
 
 double number(const std::string& flag, const std::string& v, double lo, double hi, bool integer) {
@@ -540,8 +547,33 @@ settings parse(int argc, char** argv) {
 
 std::string json_string(const std::string& s) { return "\"" + s + "\""; }
 
+/// A number for the JSON file: a non-finite one (a diverged run) is null.
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream o;
+  o.precision(9);
+  o << v;
+  return o.str();
+}
+
+/// Creates --out and checks a file can be written there: before training, so a bad directory
+/// costs nothing. Exits 2 naming the flag.
+void check_out_dir(const std::string& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  const std::string probe = out + "/.train_fashion_mnist_write_test";
+  if (!ec) {
+    std::ofstream f(probe);
+    if (!f) ec = std::make_error_code(std::errc::permission_denied);
+  }
+  if (ec) usage("--out " + out + ": cannot create or write files there (" + ec.message() + ")");
+  std::filesystem::remove(probe, ec);
+}
+
 void write_outputs(const settings& st, int ranks, const std::vector<result>& rows) {
-  std::filesystem::create_directories(st.out);
+  std::error_code ec;
+  std::filesystem::create_directories(st.out, ec);
+  if (ec) throw precis::error("train_fashion_mnist: cannot create " + st.out + " (" + ec.message() + ")");
   const std::string json_path = st.out + "/results.json", csv_path = st.out + "/results.csv";
   std::ofstream j(json_path), c(csv_path);
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
@@ -565,16 +597,16 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const result& r = rows[k];
     j << "    {\"model\": " << json_string(r.model) << ", \"policy\": " << json_string(r.policy) << ", \"epochs\": " << r.epochs
-      << ", \"test_accuracy\": " << r.test_accuracy << ", \"final_train_loss\": " << r.final_loss
+      << ", \"test_accuracy\": " << json_number(r.test_accuracy) << ", \"final_train_loss\": " << json_number(r.final_loss)
       << ", \"seconds_per_epoch\": " << r.seconds_per_epoch << ", \"memory_mib\": " << r.memory_mib << ", \"skipped_steps\": " << r.skipped
       << ", \"final_loss_scale\": " << r.scale << ", \"fp16_flushed_grads\": " << r.flushed << ", \"zero_grads\": " << r.zeros
       << ", \"fp8_saturated\": " << fp8_json(r.fp8_saturated) << ", \"fp8_flushed\": " << fp8_json(r.fp8_flushed)
       << ", \"steps\": " << r.steps << ", \"gradient_values_sampled\": " << r.sampled << ",\n     \"curve\": [";
-    for (std::size_t i = 0; i < r.curve.size(); ++i) j << (i ? ", " : "") << r.curve[i];
+    for (std::size_t i = 0; i < r.curve.size(); ++i) j << (i ? ", " : "") << json_number(r.curve[i]);
     j << "],\n     \"histogram\": [";
     for (std::size_t i = 0; i < r.hist.size(); ++i) j << (i ? ", " : "") << r.hist[i];
     j << "]}" << (k + 1 < rows.size() ? "," : "") << "\n";
-    c << r.model << "," << r.policy << "," << r.epochs << "," << r.test_accuracy << "," << r.final_loss << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
+    c << r.model << "," << r.policy << "," << r.epochs << "," << r.test_accuracy << "," << (std::isfinite(r.final_loss) ? json_number(r.final_loss) : "") << "," << r.seconds_per_epoch << "," << r.memory_mib << "," << r.skipped << ","
       << r.scale << "," << r.flushed << "," << r.zeros << "," << (r.fp8_saturated < 0 ? "" : fp8_json(r.fp8_saturated)) << ","
       << (r.fp8_flushed < 0 ? "" : fp8_json(r.fp8_flushed)) << "\n";
   }
@@ -606,9 +638,17 @@ int main(int argc, char** argv) {
 #if defined(_OPENMP)
   if (st.threads > 0) omp_set_num_threads(st.threads);
 #endif
+  if (cl.rank == 0) check_out_dir(st.out);
   try {
-    const auto tr = data::read_fashion_mnist(st.data, true);
+    const auto tr = data::read_fashion_mnist(st.data, true);  // 28 x 28 images, or a data_error
     const auto te = data::read_fashion_mnist(st.data, false);
+    if (tr.images.shape()[0] < st.batch) {
+      throw data::data_error(st.data + "/train-images-idx3-ubyte.gz has " + std::to_string(tr.images.shape()[0]) +
+                             " training images; expected at least one batch of " + std::to_string(st.batch) + " (--batch)");
+    }
+    if (te.images.shape()[0] == 0) {
+      throw data::data_error(st.data + "/t10k-images-idx3-ubyte.gz has no test images; expected at least one");
+    }
     if (cl.rank == 0) {
       std::printf("Fashion-MNIST: %lld training / %lld test images; cross-entropy, SGD (lr %g, momentum 0.9, cosine decay),\n"
                   "batch %lld, seed %llu",
@@ -643,8 +683,11 @@ int main(int argc, char** argv) {
           std::snprintf(b, sizeof b, "%.2e", v);
           return std::string(b);
         };
-        std::printf("| %s | %d | %.4f | %.4f | %.1f | %.1f | %lld | %g | %.2e | %.4f | %s | %s |\n", r.policy.c_str(), r.epochs, r.test_accuracy,
-                    r.final_loss, r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros,
+        char loss[32];
+        if (std::isfinite(r.final_loss)) std::snprintf(loss, sizeof loss, "%.4f", r.final_loss);
+        else std::snprintf(loss, sizeof loss, "diverged");
+        std::printf("| %s | %d | %.4f | %s | %.1f | %.1f | %lld | %g | %.2e | %.4f | %s | %s |\n", r.policy.c_str(), r.epochs, r.test_accuracy,
+                    loss, r.seconds_per_epoch, r.memory_mib, static_cast<long long>(r.skipped), r.scale, r.flushed, r.zeros,
                     frac(r.fp8_saturated).c_str(), frac(r.fp8_flushed).c_str());
       }
     }
