@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
 #include <random>
@@ -171,6 +173,99 @@ TEST(Checkpoint, MismatchedModelsDtypesAndVersionsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("format version 2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(a.opt.load(temp_path("does_not_exist.ckpt")), optim::checkpoint_error);
+}
+
+/// Replaces the payload of record `name` (same size) and fixes the checksum, so only the
+/// semantic checks can reject the file.
+void patch_record(const std::string& path, const std::string& name, const void* payload, std::size_t n) {
+  auto bytes = read_bytes(path);
+  const auto u32 = [&](std::size_t at) {
+    std::uint32_t v;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  // find "<u32 length><name>"
+  std::size_t at = 0;
+  for (; at + 4 + name.size() <= bytes.size(); ++at) {
+    if (u32(at) == name.size() && std::memcmp(bytes.data() + at + 4, name.data(), name.size()) == 0) break;
+  }
+  ASSERT_LT(at + 4 + name.size(), bytes.size()) << name;
+  at += 4 + name.size();
+  at += 4 + u32(at);                  // dtype
+  at += 4 + 8 * std::size_t{u32(at)};  // rank and extents
+  std::uint64_t size;
+  std::memcpy(&size, bytes.data() + at, 8);
+  ASSERT_EQ(size, n) << name;
+  std::memcpy(bytes.data() + at + 8, payload, n);
+  const std::size_t body = bytes.size() - 12;
+  const std::uint32_t crc = optim::detail::crc32(bytes.data(), body);
+  std::memcpy(bytes.data() + body, &crc, 4);
+  write_bytes(path, bytes, bytes.size());
+}
+
+template <class T>
+void expect_rejected_unchanged(task<T>& t, const std::string& path, const std::string& needle) {
+  const auto before = t.snapshot();
+  try {
+    t.opt.load(path);
+    ADD_FAILURE() << "expected checkpoint_error containing \"" << needle << "\"";
+  } catch (const optim::checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.snapshot(), before);
+}
+
+TEST(Checkpoint, SemanticallyImpossibleStatesAreRejected) {
+  const auto good = temp_path("good.ckpt"), bad = temp_path("bad.ckpt");
+  task<P16> a(11);
+  for (int i = 0; i < 3; ++i) a.step();
+  a.opt.save(good);
+  task<P16> b(12);
+  // an all-zero random state: xoshiro256++ would emit zeros forever
+  fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
+  const std::uint64_t zero_rng[4] = {0, 0, 0, 0};
+  patch_record(bad, "rng", zero_rng, sizeof zero_rng);
+  expect_rejected_unchanged(b, bad, "all-zero random state");
+  // negative counters: the step count, and the scaler's floor hits
+  const std::int64_t negative_steps[6] = {-1, 0, 1, 3, 0, 0};
+  fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
+  patch_record(bad, "optimizer/counters", negative_steps, sizeof negative_steps);
+  expect_rejected_unchanged(b, bad, "negative step count");
+  const std::int64_t negative_hits[6] = {3, 0, 1, 3, 0, -2};
+  fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
+  patch_record(bad, "optimizer/counters", negative_hits, sizeof negative_hits);
+  expect_rejected_unchanged(b, bad, "holds a scaler state this scaler rejects");
+  // a non-finite master weight
+  {
+    task<P16> c(13);
+    c.net.parameters()[1]->value.data()[2] = half(std::numeric_limits<float>::quiet_NaN());
+    c.opt.refresh_masters();
+    c.opt.save(bad);
+  }
+  expect_rejected_unchanged(b, bad, "record master/layer0.bias holds a non-finite value at index 2");
+  // not a regular file: /dev/zero would be read until memory runs out
+  if (fs::exists("/dev/zero")) expect_rejected_unchanged(b, "/dev/zero", "is not a regular file");
+  // and the untouched file still loads
+  b.opt.load(good);
+  EXPECT_EQ(b.snapshot(), a.snapshot());
+}
+
+TEST(Checkpoint, ConstantScalersCheckTheirWholeState) {
+  optim::StaticLossScaler s(128);
+  optim::scaler_state st = s.state();
+  st.steps = 5;
+  st.skipped = 2;
+  s.load_state(st);
+  EXPECT_EQ(s.skipped_steps(), 2);
+  for (auto bad : {optim::scaler_state{128, 0, 1, -1, 0, 0}, optim::scaler_state{128, 0, 1, 2, 3, 0},
+                   optim::scaler_state{128, 4, 1, 5, 0, 0}, optim::scaler_state{128, 0, 1, 5, 0, 1}}) {
+    optim::NoLossScaler n;
+    bad.scale = 1;
+    EXPECT_THROW(n.load_state(bad), invalid_argument);
+    bad.scale = 128;
+    EXPECT_THROW(s.load_state(bad), invalid_argument);
+  }
+  EXPECT_EQ(s.state().steps, 5);
 }
 
 }  // namespace

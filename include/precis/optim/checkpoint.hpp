@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <map>
 #include <string>
 #include <vector>
@@ -176,14 +178,25 @@ class checkpoint_reader {
   };
 
   explicit checkpoint_reader(const std::string& path) : path_(path) {
+    // a regular file, read up to the size it had when opened: a device or a pipe (/dev/zero)
+    // would otherwise be read until memory runs out
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      fail("it is not a regular file; expected a checkpoint written by save()");
+    }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) fail("cannot open it: " + std::string(std::strerror(errno)));
-    unsigned char buf[65536];
-    std::size_t got;
-    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) bytes_.insert(bytes_.end(), buf, buf + got);
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) {
+      std::fclose(f);
+      fail("cannot read its size: " + ec.message());
+    }
+    bytes_.resize(static_cast<std::size_t>(size));
+    const std::size_t got = size == 0 ? 0 : std::fread(bytes_.data(), 1, bytes_.size(), f);
     const bool err = std::ferror(f) != 0;
     std::fclose(f);
-    if (err) fail("reading it failed");
+    if (err || got != bytes_.size()) fail("reading it failed after " + std::to_string(got) + " of " + std::to_string(size) + " bytes");
     parse();
   }
 

@@ -317,6 +317,23 @@ class MixedPrecisionOptimizer {
     std::array<std::uint64_t, 4> rng{};
     r.copy("rng", Shape{4}, rng.data());
     if (counters[0] < 0) throw checkpoint_error("precis::checkpoint: " + path + " has a negative step count");
+    if (rng == std::array<std::uint64_t, 4>{}) {
+      throw checkpoint_error("precis::checkpoint: " + path + " has an all-zero random state (xoshiro256++ never leaves it)");
+    }
+    // the weights the optimizer continues from must be finite (a NaN master would poison every
+    // later step without ever tripping the scaler: the update is computed from it, not from a
+    // gradient)
+    for (const slot& s : slots_) {
+      const std::string name = (has_masters ? "master/" : "param/") + s.name;
+      Tensor<master_type> w(s.p->value.shape());
+      r.copy(name, s.p->value.shape(), w.data());
+      for (index_t i = 0; i < w.size(); ++i) {
+        if (!std::isfinite(static_cast<double>(precis::detail::load<compute_type>(w.data()[i])))) {
+          throw checkpoint_error("precis::checkpoint: " + path + " record " + name + " holds a non-finite value at index " +
+                                 std::to_string(i) + "; expected finite weights");
+        }
+      }
+    }
     Scaler trial = scaler_;
     try {
       trial.load_state(st);

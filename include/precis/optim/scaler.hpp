@@ -133,7 +133,8 @@ class DynamicLossScaler {
   scaler_state state() const { return s_; }
   void load_state(const scaler_state& st) {
     if (!(st.scale > 0) || !std::isfinite(st.scale) || st.growth_tracker < 0 || st.growth_tracker >= o_.growth_interval ||
-        st.hysteresis_left < 1 || st.hysteresis_left > o_.hysteresis || st.steps < 0 || st.skipped < 0 || st.skipped > st.steps) {
+        st.hysteresis_left < 1 || st.hysteresis_left > o_.hysteresis || st.steps < 0 || st.skipped < 0 || st.skipped > st.steps ||
+        st.floor_hits < 0 || st.floor_hits > st.skipped) {
       throw invalid_argument("precis::optim::DynamicLossScaler::load_state: scale " + std::to_string(st.scale) + ", tracker " +
                              std::to_string(st.growth_tracker) + ", hysteresis " + std::to_string(st.hysteresis_left) +
                              " is not a state this scaler's options can reach");
@@ -167,6 +168,13 @@ class StaticLossScaler {
     if (st.scale != s_.scale) {
       throw invalid_argument("precis::optim::StaticLossScaler::load_state: scale " + std::to_string(st.scale) +
                              " differs from this scaler's " + std::to_string(s_.scale));
+    }
+    if (st.steps < 0 || st.skipped < 0 || st.skipped > st.steps || st.growth_tracker != 0 || st.hysteresis_left != 1 ||
+        st.floor_hits != 0) {
+      throw invalid_argument("precis::optim::StaticLossScaler::load_state: steps " + std::to_string(st.steps) + ", skipped " +
+                             std::to_string(st.skipped) + ", tracker " + std::to_string(st.growth_tracker) + ", hysteresis " +
+                             std::to_string(st.hysteresis_left) + ", floor hits " + std::to_string(st.floor_hits) +
+                             "; expected 0 <= skipped <= steps and the rest as a constant scale leaves them (0, 1, 0)");
     }
     s_ = st;
   }
