@@ -1,5 +1,5 @@
 # precis front door. `make test` and `make demo` work on a fresh Debian machine.
-.PHONY: all test demo demo-full bench numerics asan cuda format clean
+.PHONY: all test demo demo-full bench numerics asan cuda format clean fuzz
 
 JOBS ?= 2
 
@@ -81,3 +81,14 @@ format:
 
 clean:
 	rm -rf build
+
+# The fuzz targets (tests/fuzz) for FUZZ_SECONDS each (default 600), two at a time, with
+# clang++ and libFuzzer; the corpora grow in build/fuzz. `make test` runs them for 10 s each.
+FUZZ_SECONDS ?= 600
+fuzz:
+	tools/deps.sh fuzz
+	cmake -S tests/fuzz -B build/fuzz -DPRECIS_SOURCE_DIR=$(CURDIR) -DCMAKE_CXX_COMPILER=clang++
+	cmake --build build/fuzz -j $(JOBS)
+	cd build/fuzz && (cmake -DFUZZ_SECONDS=$(FUZZ_SECONDS) -DCORPUS_DIR=$(CURDIR)/tests/fuzz/corpus -DTARGETS="idx;policy" -P $(CURDIR)/tests/fuzz/run.cmake > run1.log 2>&1 & \
+	  cmake -DFUZZ_SECONDS=$(FUZZ_SECONDS) -DCORPUS_DIR=$(CURDIR)/tests/fuzz/corpus -DTARGETS="checkpoint;shape" -P $(CURDIR)/tests/fuzz/run.cmake > run2.log 2>&1; \
+	  r2=$$?; wait $$!; r1=$$?; grep -h '^fuzz_' run1.log run2.log; test $$r1 -eq 0 && test $$r2 -eq 0)

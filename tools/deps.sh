@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs (as root) or names (otherwise) the Debian packages precis needs.
-# Usage: tools/deps.sh test|demo|bench|numerics
+# Usage: tools/deps.sh test|demo|bench|numerics|fuzz
 # This file is the one place the package lists live.
 set -euo pipefail
 
@@ -9,13 +9,15 @@ test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-d
 demo_packages=("${build_packages[@]}" dataset-fashion-mnist python3 gnuplot-nox)
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
 numerics_packages=("${bench_packages[@]}" gnuplot-nox dataset-fashion-mnist)
+fuzz_packages=("${build_packages[@]}" clang libclang-rt-14-dev)
 
 case "${1:-}" in
   test) wanted=("${test_packages[@]}") ;;
   demo) wanted=("${demo_packages[@]}") ;;
   bench) wanted=("${bench_packages[@]}") ;;
   numerics) wanted=("${numerics_packages[@]}") ;;
-  *) echo "usage: $0 test|demo|bench|numerics" >&2; exit 2 ;;
+  fuzz) wanted=("${fuzz_packages[@]}") ;;
+  *) echo "usage: $0 test|demo|bench|numerics|fuzz" >&2; exit 2 ;;
 esac
 
 missing=()

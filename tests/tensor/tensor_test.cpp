@@ -60,6 +60,8 @@ TEST(Tensor, SizesThatDoNotFitAreShapeErrorsNotWrapAround) {
   expect_shape_error([&] { Tensor<float> t(Shape{index_t{1} << 62}); }, "shape [4611686018427387904] of 4-byte elements needs more than");
   expect_shape_error([&] { (void)Tensor<float>::uninitialized(Shape{e31, e31}); }, "shape [2147483648, 2147483648] of 4-byte elements");
   expect_shape_error([&] { Tensor<double> t(Shape{e40, e40}); }, "has more elements than index_t holds");
+  // empty, yet its row-major strides would overflow: refused, so view() never has to
+  expect_shape_error([&] { Tensor<float> t(Shape{0, index_t{1} << 62, 36}); }, "have strides larger than index_t holds");
   EXPECT_EQ((Shape{e31, 2}.numel()), e31 * 2);
 }
 

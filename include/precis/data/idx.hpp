@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -83,7 +84,7 @@ inline std::vector<unsigned char> read_file(const std::string& path, std::uint64
 /// out is what has arrived so far (more is an error: the IDX header's size plus one byte tells
 /// trailing data from a valid end).
 template <class Limit>
-std::vector<unsigned char> gunzip(const std::vector<unsigned char>& in, const Limit& limit, const std::string& path) {
+std::vector<unsigned char> gunzip(std::span<const unsigned char> in, const Limit& limit, const std::string& path) {
   const char* op = "precis::data::read_idx";
   std::vector<unsigned char> out;
   std::size_t pos = 0;
@@ -133,11 +134,11 @@ std::vector<unsigned char> gunzip(const std::vector<unsigned char>& in, const Li
 
 }  // namespace detail
 
-/// Reads an IDX file of unsigned bytes with `rank` axes, plain or gzip-compressed.
-inline idx_array read_idx(const std::string& path, int rank, const idx_options& opt = {}) {
+/// Parses the bytes of an IDX file (plain or gzip-compressed) of unsigned bytes with `rank` axes;
+/// `path` names it in errors. read_idx reads a file and calls this.
+inline idx_array parse_idx(std::span<const unsigned char> file, const std::string& path, int rank, const idx_options& opt = {}) {
   const char* op = "precis::data::read_idx";
   if (rank < 1 || rank > 8) throw invalid_argument(std::string(op) + ": rank " + std::to_string(rank) + "; expected 1 to 8");
-  std::vector<unsigned char> file = detail::read_file(path, opt.max_file_bytes, op);
   const std::uint64_t header = 4 + 4 * static_cast<std::uint64_t>(rank);
   const bool gz = file.size() >= 2 && file[0] == 0x1f && file[1] == 0x8b;
   // the largest stream that can be valid: the header and the element count it claims (the cap
@@ -156,7 +157,9 @@ inline idx_array read_idx(const std::string& path, int rank, const idx_options& 
     }
     return header + n + 1;
   };
-  const std::vector<unsigned char> data = gz ? detail::gunzip(file, limit, path) : std::move(file);
+  std::vector<unsigned char> inflated;
+  if (gz) inflated = detail::gunzip(file, limit, path);
+  const std::span<const unsigned char> data = gz ? std::span<const unsigned char>(inflated) : file;
   const auto need = [&](std::uint64_t n, const std::string& what) {
     if (data.size() < n) {
       throw data_error(std::string(op) + ": " + path + " is truncated: it ends after " + std::to_string(data.size()) + " of the " +
@@ -195,6 +198,15 @@ inline idx_array read_idx(const std::string& path, int rank, const idx_options& 
   }
   a.bytes.assign(data.begin() + static_cast<std::ptrdiff_t>(header), data.end());
   return a;
+}
+
+/// Reads an IDX file of unsigned bytes with `rank` axes, plain or gzip-compressed.
+inline idx_array read_idx(const std::string& path, int rank, const idx_options& opt = {}) {
+  if (rank < 1 || rank > 8) {
+    throw invalid_argument("precis::data::read_idx: rank " + std::to_string(rank) + "; expected 1 to 8");
+  }
+  const std::vector<unsigned char> file = detail::read_file(path, opt.max_file_bytes, "precis::data::read_idx");
+  return parse_idx(file, path, rank, opt);
 }
 
 /// Images scaled to [0, 1] as [count, rows * cols] and their labels.

@@ -104,10 +104,15 @@ class Shape {
   int rank_ = 0;
 };
 
-/// Row-major (C order) strides of a shape, in elements.
+/// Row-major (C order) strides of a shape, in elements. Strides that index_t cannot hold (an
+/// empty shape such as [0, 2^62, 36] has them) throw shape_error.
 constexpr Shape contiguous_strides(const Shape& shape) {
   Shape s = Shape::filled(shape.rank(), 1);
-  for (int i = shape.rank() - 2; i >= 0; --i) s[i] = s[i + 1] * shape[i + 1];
+  for (int i = shape.rank() - 2; i >= 0; --i) {
+    if (__builtin_mul_overflow(s[i + 1], shape[i + 1], &s[i])) {
+      throw shape_error("precis::Shape: the extents " + shape.str() + " have strides larger than index_t holds");
+    }
+  }
   return s;
 }
 

@@ -124,6 +124,7 @@ inline std::size_t checked_elements(const Shape& shape, std::size_t bytes_each, 
                       "-byte elements needs more than " + std::to_string(std::numeric_limits<index_t>::max()) +
                       " bytes");
   }
+  (void)contiguous_strides(shape);  // an empty shape can still have strides that do not fit
   return static_cast<std::size_t>(n);
 }
 
