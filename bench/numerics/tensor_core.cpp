@@ -61,8 +61,6 @@ struct published {
   const char* source;
 };
 
-constexpr double none = std::numeric_limits<double>::quiet_NaN();
-
 template <class Arch, class In>
 void BM_tc_features(benchmark::State& state, published pub) {
   constexpr int m = precis::format_traits<In>::digits - 1;

@@ -379,7 +379,9 @@ TEST(Bounds, GemmWithinTheBlockFmaBound) {
   Tensor<float> a32({4, 300}), b32({300, 3});
   fill_uniform(a32, -1, 1, 1);
   fill_uniform(b32, -1, 1, 2);
-  const auto [ref, mag] = an::reference_gemm(a32, b32);
+  const auto ref_mag = an::reference_gemm(a32, b32);
+  const auto& ref = ref_mag.first;  // named, not structured bindings: the lambda captures them
+  const auto& mag = ref_mag.second;
   auto check = [&](const auto& a, const auto& b, double ulow) {
     Tensor<float> c({4, 3});
     gemm<float>(1.0f, a, b, 0.0f, c);

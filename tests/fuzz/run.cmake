@@ -18,13 +18,11 @@ foreach(t IN LISTS TARGETS)
   execute_process(COMMAND ./fuzz_${t} -max_total_time=${FUZZ_SECONDS} -rss_limit_mb=2048 -timeout=20 -print_final_stats=1
                           ${_work}
                   RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
-  string(REGEX MATCHALL "#[0-9]+[^\n]*(DONE|pulse|NEW|REDUCE)[^\n]*" _status "${_err}")
-  list(LENGTH _status _n)
-  if(_n GREATER 0)
-    math(EXPR _last "${_n} - 1")
-    list(GET _status ${_last} _line)
-  else()
-    set(_line "(no status line)")
+  # libFuzzer's final status line (not list operations: its dictionary entries hold brackets and
+  # semicolons)
+  string(REGEX MATCH "#[0-9]+[ \t]+DONE[^\n]*" _line "${_err}")
+  if(NOT _line)
+    set(_line "(no final status line)")
   endif()
   string(REGEX MATCH "stat::number_of_executed_units: *[0-9]+" _execs "${_err}")
   message("fuzz_${t}: exit ${_rc}; ${_line}; ${_execs}")

@@ -311,7 +311,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void vdpbf16ps_16(float* 
 /// denormals, 255 infinities and NaNs) and random mantissa bits.
 bfloat16 random_bf16(std::mt19937_64& g, int lo, int hi) {
   const auto e = static_cast<std::uint16_t>(lo + static_cast<int>(g() % static_cast<std::uint64_t>(hi - lo + 1)));
-  return std::bit_cast<bfloat16>(static_cast<std::uint16_t>((g() & 0x8000u) | (e << 7) | (g() & 0x7Fu)));
+  return std::bit_cast<bfloat16>(static_cast<std::uint16_t>((g() & 0x8000u) | (std::uint64_t{e} << 7) | (g() & 0x7Fu)));
 }
 
 /// What the AVX512-BF16 GEMM computes, written out from the lane model: K cut into

@@ -73,6 +73,7 @@ struct reduce_def : def<policy::safety::needs_wide> {
   template <class Acc>
   static auto fiber(index_t count) {
     return [count](const auto* p, index_t len, index_t st) {
+      (void)count;  // only the mean divides by it
       if constexpr (R == reduction::sum) {
         return detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{});
       } else if constexpr (R == reduction::mean) {

@@ -154,7 +154,7 @@ void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorVi
         } else {
           // o is either disjoint from every input or the very same elements (check_map), so
           // element i is read before it is written: vectorizing is safe
-#pragma GCC ivdep
+PRECIS_IVDEP
           for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
         }
       }(std::make_index_sequence<sizeof...(IS)>{});
