@@ -110,7 +110,9 @@ class MixedPrecisionOptimizer {
       } else if (o_.rounding == update_rounding::kahan) {
         s.compensation = Tensor<param_type>(p->value.shape());
       }
-      for (std::size_t k = 0; k < n_states_; ++k) s.state[k] = Tensor<master_type>(p->value.shape());
+      if constexpr (state_count > 0) {
+        for (std::size_t k = 0; k < n_states_; ++k) s.state[k] = Tensor<master_type>(p->value.shape());
+      }
       slots_.push_back(std::move(s));
     }
   }
@@ -262,9 +264,11 @@ class MixedPrecisionOptimizer {
     for (const slot& s : slots_) {
       w.add("param/" + s.name, s.p->value.shape(), s.p->value.data());
       if constexpr (has_masters) w.add("master/" + s.name, s.master.shape(), s.master.data());
-      for (std::size_t k = 0; k < n_states_; ++k) {
-        const auto& t = s.state[k];
-        w.add("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+      if constexpr (state_count > 0) {
+        for (std::size_t k = 0; k < n_states_; ++k) {
+          const auto& t = s.state[k];
+          w.add("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+        }
       }
       if (s.compensation.size() > 0) w.add("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
     }
@@ -344,9 +348,11 @@ class MixedPrecisionOptimizer {
     for (slot& s : slots_) {
       r.copy("param/" + s.name, s.p->value.shape(), s.p->value.data());
       if constexpr (has_masters) r.copy("master/" + s.name, s.master.shape(), s.master.data());
-      for (std::size_t k = 0; k < n_states_; ++k) {
-        auto& t = s.state[k];
-        r.copy("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+      if constexpr (state_count > 0) {
+        for (std::size_t k = 0; k < n_states_; ++k) {
+          auto& t = s.state[k];
+          r.copy("state" + std::to_string(k) + "/" + s.name, t.shape(), t.data());
+        }
       }
       if (s.compensation.size() > 0) r.copy("compensation/" + s.name, s.compensation.shape(), s.compensation.data());
     }
