@@ -95,6 +95,9 @@ epochs column);
 
 Columns:
 
+- **s / epoch**: wall-clock seconds per epoch, training only, with {st.get('jobs', 1)} run(s) at a time on
+  {st.get('threads_per_job', 1)} thread(s) each (`--jobs`, `--threads`): on a 2-core machine every run
+  had one core while another run had the other.
 - **memory**: the tape's peak (activations, their gradients, scratch), the parameters and their
   gradients, and the optimizer's fp32 masters and momentum. Not the process's resident size.
 - **fp16-flushed grads**: the fraction of weight-gradient values, divided by the loss scale,

@@ -3,7 +3,13 @@
 // policies, side by side. `make demo` runs the default plan, `make demo-full` the full one.
 //
 //   train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]
-//                       [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
+//                       [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
+//
+// --threads T (default: OpenMP's, e.g. OMP_NUM_THREADS) threads in all; --jobs J runs at a time,
+// T / J threads each (default: 2 runs of T / 2 threads where T >= 2). Small models use two threads
+// poorly (the ViT's steps are 7.4 s per epoch on one thread, 6.9 s on two, on a 2-core AMD EPYC),
+// so two runs side by side finish the plan in about 60% of the time. Results do not depend on T
+// or J: every run is bit-for-bit the same at any thread count.
 //
 // Default plan: the MLP under every policy for 6 epochs, the CNN and the ViT under 32-true,
 // bf16-mixed and 16-mixed for 5 epochs each (the emulated 16-bit '-true' arithmetic costs 3-6x
@@ -39,401 +45,16 @@
 //                       weights, same batch) gives a nonzero value: what it did lose.
 //   zero grads          the fraction of weight-gradient values that are exactly zero
 // Both gradient columns are sampled every 20 steps over the whole run.
-#include <unistd.h>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <system_error>
-#include <map>
-#include <numeric>
-#include <precis/data/idx.hpp>
-#include <precis/optim/all.hpp>
-#include <precis/precis.hpp>
-#include <sstream>
-#include <string>
-#include <vector>
+#include "fashion_mnist/train.hpp"
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-#if PRECIS_HAS_MPI
-#include <optional>
-#include <precis/dist/all.hpp>
-#endif
-
-using namespace precis;
-namespace pol = precis::policy;
+using namespace fashion_mnist;
 
 namespace {
-
-const std::vector<std::string> all_policies = {"32-true",   "64-true",     "bf16-mixed",   "16-mixed", "fp8-mixed",
-                                               "fp8-mixed/unscaled", "bf16-true", "bf16-true+sr", "16-true"};
-const std::vector<std::string> all_models = {"mlp", "cnn", "vit"};
-
-// ---- the three models; each maps a batch of flattened images [B, 784] to logits [B, 10] ----------
-
-/// MLP 784-256-128-10 with ReLU.
-template <class P>
-struct Mlp : nn::MLP<P> {
-  static constexpr const char* description = "MLP 784-256-128-10 (ReLU)";
-  explicit Mlp(std::uint64_t seed) : nn::MLP<P>({784, 256, 128, 10}, nn::activation::relu, seed) {}
-};
-
-/// Two blocks of 3x3 convolution (padding 1), ReLU and 2x2 max pooling (1 -> 16 -> 32 channels,
-/// 28x28 -> 14x14 -> 7x7), then a linear head on the 1568 features.
-template <class P>
-struct Cnn : nn::Module<P> {
-  static constexpr const char* description = "CNN conv3x3(16)-relu-maxpool-conv3x3(32)-relu-maxpool-linear(10)";
-  explicit Cnn(std::uint64_t seed) {
-    const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
-    conv1_ = &this->register_module("conv1", std::make_unique<nn::Conv2d<P>>(1, 16, std::array<index_t, 2>{3, 3}, same, seed));
-    conv2_ = &this->register_module("conv2", std::make_unique<nn::Conv2d<P>>(16, 32, std::array<index_t, 2>{3, 3}, same, seed + 1));
-    head_ = &this->register_module("head", std::make_unique<nn::Linear<P>>(32 * 7 * 7, 10, seed + 2));
-  }
-  template <class S>
-  auto operator()(const Var<P, S>& x) {
-    const index_t b = x.shape()[0];
-    const auto h1 = max_pool2d(relu((*conv1_)(reshape(x, Shape{b, 1, 28, 28}))));
-    const auto h2 = max_pool2d(relu((*conv2_)(h1)));
-    return (*head_)(reshape(h2, Shape{b, 32 * 7 * 7}));
-  }
-
- private:
-  nn::Conv2d<P>* conv1_;
-  nn::Conv2d<P>* conv2_;
-  nn::Linear<P>* head_;
-};
-
-/// A small vision transformer: 7x7 patches (a stride-7 convolution) -> 16 tokens of width 64,
-/// plus a learned position embedding; 2 pre-LN blocks of 4 heads with a GELU MLP of width 128;
-/// a final layer norm, the mean over tokens, and a linear head.
-template <class P>
-struct Vit : nn::Module<P> {
-  static constexpr const char* description = "ViT 7x7 patches, 16 tokens, width 64, 2 pre-LN blocks, 4 heads, MLP 128";
-  explicit Vit(std::uint64_t seed) {
-    patch_ = &this->register_module("patch", std::make_unique<nn::Conv2d<P>>(1, 64, std::array<index_t, 2>{7, 7},
-                                                                            conv2d_options{{7, 7}, {0, 0}, {1, 1}, 1}, seed));
-    pos_ = &this->register_parameter("position", Shape{16, 64});
-    fill_uniform(pos_->value.view(), -0.02, 0.02, seed + 1);
-    for (std::size_t i = 0; i < 2; ++i) {
-      blocks_[i] = &this->register_module("block" + std::to_string(i),
-                                          std::make_unique<nn::TransformerBlock<P>>(64, 4, 2, seed + 10 * (i + 1)));
-    }
-    norm_ = &this->register_module("norm", std::make_unique<nn::LayerNorm<P>>(64));
-    head_ = &this->register_module("head", std::make_unique<nn::Linear<P>>(64, 10, seed + 50));
-  }
-  template <class S>
-  auto operator()(const Var<P, S>& x) {
-    const index_t b = x.shape()[0];
-    Tape<P>& t = x.tape();
-    const auto patches = (*patch_)(reshape(x, Shape{b, 1, 28, 28}));                 // [B, 64, 4, 4]
-    const auto tokens = permute(reshape(patches, Shape{b, 64, 16}), Shape{0, 2, 1});  // [B, 16, 64]
-    const auto h = (*blocks_[1])((*blocks_[0])(add(tokens, t.param(*pos_))));
-    return (*head_)(mean((*norm_)(h), 1));
-  }
-
- private:
-  nn::Conv2d<P>* patch_;
-  typename nn::Module<P>::parameter* pos_;
-  std::array<nn::TransformerBlock<P>*, 2> blocks_{};
-  nn::LayerNorm<P>* norm_;
-  nn::Linear<P>* head_;
-};
-
-struct settings {
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string out = "build/demo";
-  int epochs = 0;  // 0: each model's default
-  bool full = false;
-  std::vector<std::string> models = all_models;
-  index_t batch = 128;
-  double lr = 0.05;
-  int threads = 0;
-  std::uint64_t seed = 1;
-  std::vector<std::string> policies;  // empty: each model's default
-  bool distributed = false, compress_bf16 = false;
-};
-
-/// This process's place in a --distributed run (rank 0 of 1 otherwise).
-struct cluster {
-  int rank = 0, size = 1;
-#if PRECIS_HAS_MPI
-  dist::communicator* comm = nullptr;
-#endif
-};
-
-/// Binades of |g| from 2^-40 to 2^0 (everything smaller lands in the first, larger in the last).
-constexpr int hist_lo = -40, hist_hi = 0;
-
-struct result {
-  std::string model, policy;
-  int epochs = 0;
-  double test_accuracy = 0, final_loss = 0, seconds_per_epoch = 0, memory_mib = 0, scale = 1;
-  std::int64_t skipped = 0, steps = 0;
-  double flushed = 0, zeros = 0;
-  double fp8_saturated = -1, fp8_flushed = -1;  // fractions of the fp8 casts' elements; -1: no fp8
-  std::vector<double> curve;        // mean training loss over each tenth of an epoch
-  std::vector<std::int64_t> hist;   // weight-gradient counts per binade, hist_lo..hist_hi
-  std::int64_t sampled = 0;         // weight-gradient values sampled
-};
-
-/// One line that redraws itself on a terminal, plain lines otherwise.
-class progress {
- public:
-  progress(std::string name, int epochs, bool quiet)
-      : name_(std::move(name)), epochs_(epochs), tty_(::isatty(STDERR_FILENO) != 0), quiet_(quiet) {}
-  void update(int epoch, double fraction, double loss) {
-    if (!tty_ || quiet_) return;
-    const int width = 30, filled = static_cast<int>(fraction * width);
-    std::fprintf(stderr, "\r%-13s epoch %d/%d [%s%s] %3d%%  loss %.4f ", name_.c_str(), epoch + 1, epochs_,
-                 std::string(static_cast<std::size_t>(filled), '#').c_str(), std::string(static_cast<std::size_t>(width - filled), '.').c_str(),
-                 static_cast<int>(fraction * 100), loss);
-    std::fflush(stderr);
-  }
-  void epoch_done(int epoch, double loss, double seconds) {
-    if (quiet_) return;
-    if (tty_) std::fprintf(stderr, "\r%-13s epoch %d/%d  loss %.4f  %.1f s%40s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds, "");
-    else std::fprintf(stderr, "%s epoch %d/%d: train loss %.4f, %.1f s\n", name_.c_str(), epoch + 1, epochs_, loss, seconds);
-  }
-
- private:
-  std::string name_;
-  int epochs_;
-  bool tty_, quiet_;
-};
-
-/// Rows [first, first + rows) of `order` gathered from `images` into `x` (converted once).
-template <class S>
-void gather(const data::labelled_images& set, const std::vector<index_t>& order, index_t first, Tensor<float>& staging,
-            Tensor<S>& x, std::vector<std::int64_t>& y) {
-  const index_t rows = x.shape()[0], cols = x.shape()[1];
-  for (index_t i = 0; i < rows; ++i) {
-    const index_t src = order[static_cast<std::size_t>(first + i)];
-    std::memcpy(staging.data() + i * cols, set.images.data() + src * cols, static_cast<std::size_t>(cols) * sizeof(float));
-    y[static_cast<std::size_t>(i)] = set.labels[static_cast<std::size_t>(src)];
-  }
-  if constexpr (std::is_same_v<S, float>) std::memcpy(x.data(), staging.data(), static_cast<std::size_t>(rows * cols) * sizeof(float));
-  else convert(std::span<const float>(staging.data(), static_cast<std::size_t>(rows * cols)), std::span<S>(x.data(), static_cast<std::size_t>(rows * cols)));
-}
-
-/// Adds the weight gradients (divided by the loss scale) to the histogram and counters. Without
-/// `ref`, a value counts as flushed when it is nonzero and rounds to zero in fp16; with `ref`
-/// (the same step's weight gradients recomputed in fp32), when it is zero and ref's is not.
-template <class P>
-void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::vector<float>* ref) {
-  const double inv = 1.0 / scale;
-  std::size_t k = 0;
-  net.for_each_parameter([&](auto& p) {
-    if (p.name.find("weight") == std::string::npos) return;
-    for (const auto& gs : p.grad) {
-      const double g = static_cast<double>(static_cast<float>(gs)) * inv;
-      ++r.sampled;
-      if (ref) r.flushed += g == 0 && (*ref)[k] != 0;
-      ++k;
-      if (g == 0) {
-        ++r.zeros;
-        continue;
-      }
-      if (!ref && static_cast<float>(round_to<half>(g)) == 0.0f) ++r.flushed;
-      const int e = std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), hist_lo, hist_hi);
-      ++r.hist[static_cast<std::size_t>(e - hist_lo)];
-    }
-  });
-}
-
-/// The weight gradients of `net`'s current weights on batch (x, y), computed in fp32: for a
-/// policy whose gradients are fp16 without scaling, what its own gradients would have been.
-template <class P, class Shadow, class S>
-std::vector<float> fp32_weight_gradients(nn::Module<P>& net, Shadow& shadow, const Tensor<S>& x,
-                                         const std::vector<std::int64_t>& y) {
-  using F = pol::named<"32-true">;
-  std::vector<nn::Parameter<float, float>*> dst;
-  shadow.for_each_parameter([&](auto& p) { dst.push_back(&p); });
-  std::size_t i = 0;
-  net.for_each_parameter([&](auto& p) {
-    auto& d = *dst[i++];
-    for (index_t j = 0; j < p.value.size(); ++j) d.value.data()[j] = static_cast<float>(p.value.data()[j]);
-  });
-  shadow.zero_grad();
-  Tape<F> tape;
-  Tensor<float> xf(x.shape());
-  for (index_t j = 0; j < x.size(); ++j) xf.data()[j] = static_cast<float>(x.data()[j]);
-  tape.backward(cross_entropy(shadow(tape.borrow(xf)), y));
-  std::vector<float> g;
-  shadow.for_each_parameter([&](auto& p) {
-    if (p.name.find("weight") != std::string::npos) g.insert(g.end(), p.grad.begin(), p.grad.end());
-  });
-  return g;
-}
-
-template <template <class> class Model, class P, class Scaler>
-result train(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
-             const cluster& cl, Scaler scaler, optim::update_rounding how, int epochs) {
-  using S = typename P::param_type;
-  result r;
-  r.policy = name;
-  r.hist.assign(hist_hi - hist_lo + 1, 0);
-  Model<P> net(st.seed);
-  typename optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler>::options o;
-  o.rounding = how;
-  o.seed = st.seed;
-  optim::MixedPrecisionOptimizer<P, optim::SGD, Scaler> opt(net, optim::SGD{.lr = st.lr, .momentum = 0.9}, scaler, o);
-#if PRECIS_HAS_MPI
-  std::optional<dist::DataParallel<P, optim::SGD, Scaler>> dp;
-  if (cl.comm) {
-    typename dist::DataParallel<P, optim::SGD, Scaler>::options dpo;
-    dpo.compress_bf16 = st.compress_bf16;
-    dp.emplace(*cl.comm, net, opt, dpo);
-  }
-#endif
-
-  // this rank's rows of each global batch
-  const index_t local = st.batch / cl.size, first_row = local * cl.rank;
-  const index_t n = tr.images.shape()[0], steps_per_epoch = n / st.batch;
-  const index_t curve_every = std::max<index_t>(1, steps_per_epoch / 10);
-  const index_t total_steps = steps_per_epoch * epochs;
-  Tensor<float> staging(Shape{local, 784});
-  Tensor<S> xb(Shape{local, 784});
-  std::vector<std::int64_t> yb(static_cast<std::size_t>(local));
-  std::vector<index_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), index_t{0});
-  xoshiro256pp gen(st.seed);
-  Tape<P> tape;
-#if PRECIS_HAS_MPI
-  if constexpr (pol::fp8_policy<P>) {
-    if (dp) dp->attach(tape);  // every rank casts with the same scales
-  }
-#endif
-  // fp16 gradients without loss scaling have already lost what underflows: count it against
-  // the same step recomputed in fp32
-  constexpr bool measure_against_fp32 =
-      std::is_same_v<typename P::grad_type, half> && std::is_same_v<Scaler, optim::NoLossScaler>;
-  Model<pol::named<"32-true">> shadow(st.seed);
-  progress bar(name, epochs, cl.rank != 0);
-  double seconds = 0;
-  for (int e = 0; e < epochs; ++e) {
-    // a fresh permutation every epoch, the same for every policy
-    for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[gen() % (i + 1)]);
-    const auto t0 = std::chrono::steady_clock::now();
-    double epoch_loss = 0, window = 0;
-    for (index_t s = 0; s < steps_per_epoch; ++s) {
-      gather(tr, order, s * st.batch + first_row, staging, xb, yb);
-      tape.reset();
-      opt.zero_grad();
-      auto loss = cross_entropy(net(tape.borrow(xb)), yb);
-      opt.backward(tape, loss);
-      // cosine decay from lr to 0 over the run
-      opt.rule().lr = st.lr * 0.5 * (1 + std::cos(3.141592653589793 * static_cast<double>(r.steps) / static_cast<double>(total_steps)));
-      if (r.steps % 20 == 0 && cl.rank == 0) {
-        if constexpr (measure_against_fp32) {
-          const auto ref = fp32_weight_gradients(net, shadow, xb, yb);
-          sample_gradients(net, opt.loss_scale(), r, &ref);
-        } else {
-          sample_gradients(net, opt.loss_scale(), r, nullptr);
-        }
-      }
-#if PRECIS_HAS_MPI
-      if (dp) {
-        dp->reduce_gradients();
-        dp->step();
-      } else {
-        opt.step();
-      }
-#else
-      opt.step();
-#endif
-      ++r.steps;
-      const double l = loss.item();
-      epoch_loss += l;
-      window += l;
-      if ((s + 1) % curve_every == 0) {
-        r.curve.push_back(window / static_cast<double>(curve_every));
-        window = 0;
-        bar.update(e, static_cast<double>(s + 1) / static_cast<double>(steps_per_epoch), epoch_loss / static_cast<double>(s + 1));
-      }
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    seconds += secs;
-    r.final_loss = epoch_loss / static_cast<double>(steps_per_epoch);
-#if PRECIS_HAS_MPI
-    if (cl.comm) cl.comm->allreduce(std::span<double>(&r.final_loss, 1), dist::reduce_op::mean);  // over all shards
-#endif
-    bar.epoch_done(e, r.final_loss, secs);
-  }
-  r.seconds_per_epoch = seconds / epochs;
-  r.epochs = epochs;
-  r.skipped = opt.scaler().state().skipped;
-  r.scale = opt.loss_scale();
-  r.flushed /= static_cast<double>(r.sampled);
-  r.zeros /= static_cast<double>(r.sampled);
-  if constexpr (pol::fp8_policy<P>) {  // every fp8 cast of the training steps
-    const auto tot = tape.fp8().totals();
-    r.fp8_saturated = tot.saturated_fraction();
-    r.fp8_flushed = tot.flushed_fraction();
-  }
-
-  std::size_t model_bytes = 0;
-  net.for_each_parameter([&](auto& p) {
-    model_bytes += static_cast<std::size_t>(p.value.size()) * (sizeof(S) + sizeof(typename P::grad_type));
-  });
-  r.memory_mib = static_cast<double>(tape.arena().peak_bytes() + tape.scratch_arena().peak_bytes() + model_bytes + opt.state_bytes()) /
-                 (1024.0 * 1024.0);
-
-  if (cl.rank != 0) return r;  // rank 0 evaluates and reports
-  // test accuracy, forward only, in chunks of 1000 images (the last one ragged)
-  const index_t m = te.images.shape()[0], chunk = std::min<index_t>(1000, m);
-  Tensor<float> tstaging(Shape{chunk, 784});
-  Tensor<S> xt(Shape{chunk, 784});
-  std::vector<std::int64_t> yt(static_cast<std::size_t>(chunk));
-  std::vector<index_t> identity(static_cast<std::size_t>(m));
-  std::iota(identity.begin(), identity.end(), index_t{0});
-  index_t correct = 0;
-  for (index_t first = 0; first < m; first += chunk) {
-    const index_t len = std::min(chunk, m - first);
-    if (len != chunk) {
-      tstaging = Tensor<float>(Shape{len, 784});
-      xt = Tensor<S>(Shape{len, 784});
-    }
-    gather(te, identity, first, tstaging, xt, yt);
-    tape.reset();
-    auto guard = tape.no_grad();
-    const auto logits = net(tape.borrow(xt)).value();
-    for (index_t i = 0; i < len; ++i) {
-      index_t best = 0;
-      for (index_t j = 1; j < 10; ++j) {
-        if (static_cast<double>(logits(i, j)) > static_cast<double>(logits(i, best))) best = j;
-      }
-      correct += best == yt[static_cast<std::size_t>(i)];
-    }
-  }
-  r.test_accuracy = static_cast<double>(correct) / static_cast<double>(m);
-  return r;
-}
-
-template <template <class> class Model>
-result run_model(const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
-                 const cluster& cl, int epochs) {
-  using optim::update_rounding;
-  using optim::NoLossScaler;
-  if (name == "32-true") return train<Model, pol::named<"32-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "64-true") return train<Model, pol::named<"64-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "bf16-mixed") return train<Model, pol::named<"bf16-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "16-mixed") return train<Model, pol::named<"16-mixed">>(name, tr, te, st, cl, optim::DynamicLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "fp8-mixed") return train<Model, pol::named<"fp8-mixed">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "fp8-mixed/unscaled") {
-    return train<Model, pol::fp8_mixed_with<fp8::no_scaling>>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  }
-  if (name == "bf16-true") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-  if (name == "bf16-true+sr") return train<Model, pol::named<"bf16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::stochastic, epochs);
-  return train<Model, pol::named<"16-true">>(name, tr, te, st, cl, NoLossScaler{}, update_rounding::nearest, epochs);
-}
 
 /// The policies and epochs a model runs with: --policies and --epochs when given; otherwise
 /// the MLP runs every policy for 6 epochs, and the CNN and the ViT, whose emulated 16-bit
@@ -462,11 +83,69 @@ const char* description(const std::string& model) {
 
 result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
            const settings& st, const cluster& cl, int epochs) {
-  result r = model == "mlp"   ? run_model<Mlp>(name, tr, te, st, cl, epochs)
-             : model == "cnn" ? run_model<Cnn>(name, tr, te, st, cl, epochs)
-                              : run_model<Vit>(name, tr, te, st, cl, epochs);
-  r.model = model;
-  return r;
+  const request q{model, name, tr, te, st, cl, epochs};
+  if (name == "32-true" || name == "64-true" || name == "bf16-mixed" || name == "16-mixed") return run_wide_mixed(q);
+  return run_fp8_true16(q);
+}
+
+/// One training run of the plan; `row` is its place in the tables.
+struct job {
+  std::string model, policy;
+  int epochs;
+  std::size_t row;
+};
+
+/// A rough relative cost of a run (seconds per epoch on one thread, measured once on a 2-core
+/// AMD EPYC, docs/demo.md), used only to start the longest runs first so that two runs at a
+/// time end together. Results never depend on it.
+double cost(const job& j) {
+  const double model = j.model == "mlp" ? 1.0 : j.model == "cnn" ? 18.0 : 12.0;
+  const double policy = j.policy == "64-true"          ? 2.0
+                        : j.policy.starts_with("fp8")  ? 1.7
+                        : j.policy == "bf16-true"      ? 7.0
+                        : j.policy == "bf16-true+sr"   ? 8.5
+                        : j.policy == "16-true"        ? 5.0
+                                                       : 1.0;
+  return model * policy * j.epochs;
+}
+
+/// Every run of the plan, `jobs` at a time on `threads_each` OpenMP threads each, longest
+/// first; each result lands in its row. The first exception a run throws is rethrown once
+/// the runs already started have finished.
+std::vector<result> run_all(std::vector<job> plan, const data::labelled_images& tr, const data::labelled_images& te,
+                            const settings& st, const cluster& cl, int jobs, int threads_each) {
+  std::vector<result> rows(plan.size());
+  std::stable_sort(plan.begin(), plan.end(), [](const job& a, const job& b) { return cost(a) > cost(b); });
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  const auto worker = [&] {
+#if defined(_OPENMP)
+    omp_set_num_threads(threads_each);  // this thread's parallel regions
+#else
+    (void)threads_each;
+#endif
+    for (std::size_t k; !failed && (k = next++) < plan.size();) {
+      const job& j = plan[k];
+      try {
+        rows[j.row] = run(j.model, j.policy, tr, te, st, cl, j.epochs);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  if (jobs <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int i = 0; i < jobs; ++i) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  return rows;
 }
 
 [[noreturn]] void usage(const std::string& why) {
@@ -474,13 +153,14 @@ result run(const std::string& model, const std::string& name, const data::labell
   std::fprintf(help ? stdout : stderr,
                "train_fashion_mnist: %s\n"
                "usage: train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
-               "                           [--full] [--threads T] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
+               "                           [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,fp8-mixed,fp8-mixed/unscaled,bf16-true,\n"
                "  bf16-true+sr,16-true\n"
                "  default: the MLP under every policy for 6 epochs; the CNN (5 epochs) and the ViT (5 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed, the CNN also fp8-mixed; --full runs every model under every policy,\n"
-               "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n",
+               "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n"
+               "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str());
   std::exit(help ? 0 : 2);
 }
@@ -521,6 +201,7 @@ settings parse(int argc, char** argv) {
     else if (flag == "--batch") st.batch = static_cast<index_t>(number(flag, v, 1, 60000, true));
     else if (flag == "--lr") st.lr = number(flag, v, 1e-8, 10, false);
     else if (flag == "--threads") st.threads = static_cast<int>(number(flag, v, 1, 1024, true));
+    else if (flag == "--jobs") st.jobs = static_cast<int>(number(flag, v, 1, 64, true));
     else if (flag == "--seed") st.seed = static_cast<std::uint64_t>(number(flag, v, 0, 9007199254740992.0, true));
     else if (flag == "--policies") {
       st.policies.clear();
@@ -579,7 +260,7 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
   j.precision(9);
   j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
-    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"threads\": " << st.threads << "},\n  \"models\": {";
+    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"jobs\": " << st.jobs << ", \"threads_per_job\": " << st.threads << "},\n  \"models\": {";
   for (std::size_t k = 0; k < st.models.size(); ++k) {
     j << (k ? ", " : "") << json_string(st.models[k]) << ": " << json_string(description(st.models[k]));
   }
@@ -618,7 +299,7 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
 }  // namespace
 
 int main(int argc, char** argv) {
-  const settings st = parse(argc, argv);
+  settings st = parse(argc, argv);
   cluster cl;
 #if PRECIS_HAS_MPI
   std::optional<dist::environment> env;
@@ -635,9 +316,24 @@ int main(int argc, char** argv) {
   if (st.batch % cl.size != 0) {
     usage("--batch " + std::to_string(st.batch) + " over " + std::to_string(cl.size) + " ranks: expected a multiple of the rank count");
   }
+  // the threads to use, and how many runs share them
 #if defined(_OPENMP)
-  if (st.threads > 0) omp_set_num_threads(st.threads);
+  const int threads = st.threads > 0 ? st.threads : omp_get_max_threads();
+#else
+  const int threads = st.threads > 0 ? st.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #endif
+  if (st.distributed && st.jobs > 1) usage("--jobs " + std::to_string(st.jobs) + ": a --distributed run trains one run at a time");
+  std::vector<job> plan_jobs;
+  for (const auto& m : st.models) {
+    const plan pl = plan_for(m, st);
+    for (const auto& p : pl.policies) plan_jobs.push_back({m, p, pl.epochs, plan_jobs.size()});
+  }
+  const int jobs = static_cast<int>(std::min<std::size_t>(
+      plan_jobs.size(), static_cast<std::size_t>(st.jobs > 0 ? st.jobs : (threads >= 2 && !st.distributed ? 2 : 1))));
+  const int threads_each = std::max(1, threads / jobs);
+  st.plain_progress = jobs > 1;
+  st.jobs = jobs;  // what ran, for results.json
+  st.threads = threads_each;
   if (cl.rank == 0) check_out_dir(st.out);
   try {
     const auto tr = data::read_fashion_mnist(st.data, true);  // 28 x 28 images, or a data_error
@@ -662,14 +358,11 @@ int main(int argc, char** argv) {
         for (const auto& p : pl.policies) ps += (ps.empty() ? "" : ", ") + p;
         std::printf("  %s: %s; %d epochs under %s\n", m.c_str(), description(m), pl.epochs, ps.c_str());
       }
-      std::printf("\n");
+      std::printf("%zu runs, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(), jobs,
+                  threads_each, threads_each == 1 ? "" : "s");
       std::fflush(stdout);
     }
-    std::vector<result> rows;
-    for (const auto& m : st.models) {
-      const plan pl = plan_for(m, st);
-      for (const auto& p : pl.policies) rows.push_back(run(m, p, tr, te, st, cl, pl.epochs));
-    }
+    const std::vector<result> rows = run_all(plan_jobs, tr, te, st, cl, jobs, threads_each);
     if (cl.rank != 0) return 0;
     for (const auto& m : st.models) {
       std::printf("\n%s (%s)\n\n", m.c_str(), description(m));
