@@ -218,12 +218,8 @@ void expect_16bit_gemm_matches_portable(index_t m, index_t k, index_t n, bool ta
           << static_cast<float>(c(i, j)) << " vs the portable arithmetic's " << static_cast<float>(want(i, j));
 }
 
-}  // namespace
-
-TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
-  // the "-true" policies' GEMM: ragged tiles (m, n not multiples of 6 and 16), transposed views,
-  // several K blocks, alpha and beta, two threads
-  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}}) {
+void expect_16bit_gemm_cases() {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}, {12, 40, 64}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         expect_16bit_gemm_matches_portable<half>(m, k, n, ta, tb, 1.0, 0.0, 1);
@@ -241,6 +237,20 @@ TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
   expect_16bit_gemm_matches_portable<bfloat16>(12, 6, 20, false, false, 1.0, 0.0, 1, -75, -60);  // fp32 subnormal products
 }
 
+}  // namespace
+
+TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
+  // the "-true" policies' GEMM at every level this CPU has (the portable 4 x 4 tile, AVX2's
+  // 6 x 16, AVX-512's 6 x 32): ragged tiles, transposed views, several K blocks, alpha and
+  // beta, two threads
+  for (gemm_isa isa : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512}) {
+    if (isa > gemm_isa_available()) continue;
+    SCOPED_TRACE(to_string(isa));
+    const gemm_isa before = limit_gemm_isa(isa);
+    expect_16bit_gemm_cases();
+    limit_gemm_isa(before);
+  }
+}
 /// The AVX-512 and AVX2 kernels (and the portable one, for the fp64 accumulator's order) give
 /// bit-identical results: every C entry is the same chain of FMAs over the same K blocks.
 /// Ragged tiles (m, n not multiples of 12 and 32), transposed views, several K blocks, alpha

@@ -108,10 +108,11 @@ struct gemm_blocking {
 };
 
 /// The AVX-512 tiles: kc as the AVX2 ones (the same K blocks, so the same sums), mc a multiple
-/// of 12.
+/// of mr.
 template <class Acc>
 constexpr gemm_blocking blocking_avx512() {
   if (std::is_same_v<Acc, float>) return {12, 32, 120, 256, 3072};
+  if (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) return {6, 32, 120, 128, 3072};
   return {12, 16, 72, 256, 1536};
 }
 
@@ -259,6 +260,7 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
     if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
+    if (isa >= gemm_isa::avx512) return {&avx512_narrow_tile_kernel<Acc>, blocking_avx512<Acc>()};
     if (isa >= gemm_isa::avx2) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
 #else

@@ -208,6 +208,20 @@ struct avx2_narrow<bfloat16> {
   }
 };
 
+/// A partial tile's epilogue in T's own arithmetic: c = alpha ab, or alpha ab + beta c, each
+/// operation rounded to T (ab: fp32 lanes holding values of T, rows ld apart).
+template <class T>
+inline void narrow_tile_epilogue(const float* ab, index_t ld, T* c, index_t rs_c, index_t cs_c, index_t mr, index_t nr,
+                                 T alpha, T beta) {
+  for (index_t i = 0; i < mr; ++i) {
+    for (index_t j = 0; j < nr; ++j) {
+      T& cij = c[i * rs_c + j * cs_c];
+      const T t = alpha * T(ab[i * ld + j]);  // T(...) is exact: the lanes hold values of T
+      cij = beta == T(0) ? t : t + beta * cij;
+    }
+  }
+}
+
 /// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) in the arithmetic of the 16-bit T:
 /// ab = round(ab + round(a * b)) for each k, then the portable kernel's epilogue in T. A_panel
 /// is 6 x kc (interleaved by k), B_panel kc x 16.
@@ -251,13 +265,7 @@ PRECIS_TARGET_AVX2 void avx2_narrow_tile_kernel(index_t kc, const T* __restrict 
     _mm256_store_ps(ab + i * 16, acc[i][0]);
     _mm256_store_ps(ab + i * 16 + 8, acc[i][1]);
   }
-  for (index_t i = 0; i < mr; ++i) {
-    for (index_t j = 0; j < nr; ++j) {
-      T& cij = c[i * rs_c + j * cs_c];
-      const T t = alpha * T(ab[i * 16 + j]);  // T(...) is exact: the lanes hold values of T
-      cij = beta == T(0) ? t : t + beta * cij;
-    }
-  }
+  narrow_tile_epilogue(ab, 16, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
 }  // namespace precis::detail

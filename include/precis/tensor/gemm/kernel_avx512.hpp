@@ -7,6 +7,9 @@
 // (kc = 256), so the two kernels give bit-identical results: the tile shape changes which
 // entries share a register, not how any entry is summed. Compiled with target attributes and
 // chosen at run time (precis::gemm_isa), so consumers need no -march flag.
+//
+// For 16-bit accumulators (the "-true" policies) a 6 x 32 tile emulates fp16 or bf16 arithmetic
+// in fp32 lanes as the AVX2 6 x 16 one does (kernel_avx2.hpp), twice as wide.
 #pragma once
 
 #include "precis/config.hpp"
@@ -112,6 +115,125 @@ PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, 
     b += 2 * L;
   }
   avx512_store_tile<T>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+/// fp32 lanes, 16 to a zmm register, holding values of a 16-bit format (the AVX-512 form of
+/// avx2_narrow): load, broadcast and round to the format, the same roundings bit for bit.
+template <class T>
+struct avx512_narrow;
+
+// Both use the masked forms of the intrinsics with every lane on: GCC 12's unmasked ones trip
+// -Wsign-conversion at -O0 (a (__mmask16)-1 in a macro) or -Wmaybe-uninitialized at -O3 (an
+// undefined pass-through operand).
+inline constexpr __mmask16 narrow_all_lanes = 0xFFFF;
+
+template <>
+struct avx512_narrow<half> {
+  static constexpr __mmask16 all = narrow_all_lanes;
+  static constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  PRECIS_TARGET_AVX512 static __m512 widen(__m256i v) { return _mm512_maskz_cvtph_ps(all, v); }
+  PRECIS_TARGET_AVX512 static __m256i narrow(__m512 x) { return _mm512_maskz_cvtps_ph(all, x, nearest); }
+  PRECIS_TARGET_AVX512 static void load32(const half* p, __m512& lo, __m512& hi) {
+    lo = widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+  PRECIS_TARGET_AVX512 static __m512 broadcast(const half* p) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return _mm512_set1_ps(_cvtsh_ss(bits));
+  }
+  /// Round to nearest even into fp16 (overflow to infinity, subnormals kept), back in fp32.
+  PRECIS_TARGET_AVX512 static __m512 round(__m512 x) { return widen(narrow(x)); }
+  /// 32 lanes that already hold fp16 values, stored as fp16 (exact).
+  PRECIS_TARGET_AVX512 static void store32(half* p, __m512 lo, __m512 hi) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), narrow(hi));
+  }
+};
+
+template <>
+struct avx512_narrow<bfloat16> {
+  static constexpr __mmask16 all = narrow_all_lanes;
+  PRECIS_TARGET_AVX512 static __m512 widen(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, v), 16));
+  }
+  PRECIS_TARGET_AVX512 static __m256i narrow(__m512 x) {  // x holds bf16 values: the high halves
+    return _mm512_maskz_cvtepi32_epi16(all, _mm512_maskz_srli_epi32(all, _mm512_castps_si512(x), 16));
+  }
+  PRECIS_TARGET_AVX512 static void load32(const bfloat16* p, __m512& lo, __m512& hi) {
+    lo = widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+  PRECIS_TARGET_AVX512 static __m512 broadcast(const bfloat16* p) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(std::uint32_t{bits} << 16)));
+  }
+  /// Round to nearest even into bf16 as Eigen's float_to_bfloat16_rtne does (a NaN becomes the
+  /// quiet NaN 0x7fc0 with its sign), back in fp32. Not vcvtneps2bf16: it flushes subnormals.
+  PRECIS_TARGET_AVX512 static __m512 round(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                                       _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+    const __m512i qnan = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0x80000000u))),
+                                         _mm512_set1_epi32(0x7fc00000));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, qnan));
+  }
+  /// 32 lanes that already hold bf16 values (low 16 bits zero), stored as bf16.
+  PRECIS_TARGET_AVX512 static void store32(bfloat16* p, __m512 lo, __m512 hi) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), narrow(hi));
+  }
+};
+
+/// The AVX-512 form of avx2_narrow_tile_kernel: a 6 x 32 tile (12 zmm accumulators; the two
+/// roundings per step are the work, not the loads), each C entry the same chain of roundings in
+/// the same k order, over the same K blocks (kc = 128), so bit-identical to it and to the
+/// portable kernel. A_panel is 6 x kc (interleaved by k), B_panel kc x 32.
+template <class T>
+PRECIS_TARGET_AVX512 void avx512_narrow_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                                                    index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+  using N = avx512_narrow<T>;
+  constexpr int R = 6;
+  __m512 acc[R][2];
+  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
+  for (index_t p = 0; p < kc; ++p) {
+    __m512 b0, b1;
+    N::load32(b, b0, b1);
+#pragma GCC unroll 6
+    for (int i = 0; i < R; ++i) {
+      const __m512 ar = N::broadcast(a + i);
+      acc[i][0] = N::round(_mm512_add_ps(acc[i][0], N::round(_mm512_mul_ps(ar, b0))));
+      acc[i][1] = N::round(_mm512_add_ps(acc[i][1], N::round(_mm512_mul_ps(ar, b1))));
+    }
+    a += R;
+    b += 32;
+  }
+  if (mr == R && nr == 32 && cs_c == 1) {
+    // t = round(alpha ab), then c = t or round(t + round(beta c)), in the lanes
+    const __m512 va = _mm512_set1_ps(static_cast<float>(alpha)), vb = _mm512_set1_ps(static_cast<float>(beta));
+    const bool read_c = beta != T(0);
+    for (int i = 0; i < R; ++i) {
+      T* ci = c + i * rs_c;
+      __m512 t0 = N::round(_mm512_mul_ps(va, acc[i][0])), t1 = N::round(_mm512_mul_ps(va, acc[i][1]));
+      if (read_c) {
+        __m512 c0, c1;
+        N::load32(ci, c0, c1);
+        t0 = N::round(_mm512_add_ps(t0, N::round(_mm512_mul_ps(vb, c0))));
+        t1 = N::round(_mm512_add_ps(t1, N::round(_mm512_mul_ps(vb, c1))));
+      }
+      N::store32(ci, t0, t1);
+    }
+    return;
+  }
+  alignas(64) float ab[R * 32];
+  for (int i = 0; i < R; ++i) {
+    _mm512_store_ps(ab + i * 32, acc[i][0]);
+    _mm512_store_ps(ab + i * 32 + 16, acc[i][1]);
+  }
+  narrow_tile_epilogue(ab, 32, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
 }  // namespace precis::detail
