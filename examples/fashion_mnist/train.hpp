@@ -51,11 +51,14 @@ struct Mlp : nn::MLP<P> {
   explicit Mlp(std::uint64_t seed) : nn::MLP<P>({784, 256, 128, 10}, nn::activation::relu, seed) {}
 };
 
-/// Two blocks of 3x3 convolution (padding 1), ReLU and 2x2 max pooling (1 -> 16 -> 32 channels,
-/// 28x28 -> 14x14 -> 7x7), then a linear head on the 1568 features.
+/// Two blocks of 3x3 convolution (padding 1), 2x2 max pooling and ReLU (1 -> 16 -> 32 channels,
+/// 28x28 -> 14x14 -> 7x7), then a linear head on the 1568 features. Pooling before the ReLU
+/// computes the same function with the same gradients, bit for bit (max and ReLU commute, and a
+/// window whose largest element is not positive passes no gradient either way), on a quarter of
+/// the elements: the ReLU's forward and backward cost 4x less.
 template <class P>
 struct Cnn : nn::Module<P> {
-  static constexpr const char* description = "CNN conv3x3(16)-relu-maxpool-conv3x3(32)-relu-maxpool-linear(10)";
+  static constexpr const char* description = "CNN conv3x3(16)-maxpool-relu-conv3x3(32)-maxpool-relu-linear(10)";
   explicit Cnn(std::uint64_t seed) {
     const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
     conv1_ = &this->register_module("conv1", std::make_unique<nn::Conv2d<P>>(1, 16, std::array<index_t, 2>{3, 3}, same, seed));
@@ -65,8 +68,8 @@ struct Cnn : nn::Module<P> {
   template <class S>
   auto operator()(const Var<P, S>& x) {
     const index_t b = x.shape()[0];
-    const auto h1 = max_pool2d(relu((*conv1_)(reshape(x, Shape{b, 1, 28, 28}))));
-    const auto h2 = max_pool2d(relu((*conv2_)(h1)));
+    const auto h1 = relu(max_pool2d((*conv1_)(reshape(x, Shape{b, 1, 28, 28}))));
+    const auto h2 = relu(max_pool2d((*conv2_)(h1)));
     return (*head_)(reshape(h2, Shape{b, 32 * 7 * 7}));
   }
 

@@ -320,6 +320,40 @@ struct pool_def {
   }
 };
 
+namespace conv_detail {
+
+/// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
+/// the general loop's selection (the first largest element, or a NaN), written so that the
+/// compiler vectorizes it; `at` (when Save) gets each winner's position in the plane.
+template <bool Save, class R, class O>
+void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int32_t* at) {
+  using A = detail::ad::arith_t<O>;
+  const auto wi = static_cast<std::int32_t>(w);
+  for (index_t oh = 0; oh < ho; ++oh) {
+    const R* r0 = in + 2 * oh * w;
+    const R* r1 = r0 + w;
+    const auto row = static_cast<std::int32_t>(2 * oh * w);
+    O* yo = y + oh * wo;
+    for (index_t ow = 0; ow < wo; ++ow) {
+      const std::int32_t c = row + 2 * static_cast<std::int32_t>(ow);
+      R bv = r0[2 * ow];
+      std::int32_t best = c;
+      const auto consider = [&](R v, std::int32_t pos) {
+        const bool take = v > bv || v != v;
+        best = take ? pos : best;
+        bv = take ? v : bv;
+      };
+      consider(r0[2 * ow + 1], c + 1);
+      consider(r1[2 * ow], c + wi);
+      consider(r1[2 * ow + 1], c + wi + 1);
+      yo[ow] = detail::store<O>(A(bv));
+      if constexpr (Save) at[oh * wo + ow] = best;
+    }
+  }
+}
+
+}  // namespace conv_detail
+
 /// The largest element of each window (padding never wins); the gradient goes to it.
 struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
   static constexpr std::string_view name = "max_pool2d";
@@ -341,6 +375,12 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
     for (index_t pl = p0; pl < p1; ++pl) {
       const auto* in = xc.data() + pl * g.h * g.w;
+      if (g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0) {
+        O* yp = y.data() + pl * g.plane();
+        if (at) conv_detail::max_pool_2x2<true>(in, g.w, g.ho, g.wo, yp, at + pl * g.plane());
+        else conv_detail::max_pool_2x2<false>(in, g.w, g.ho, g.wo, yp, at);
+        continue;
+      }
       if (g.pad[0] == 0 && g.pad[1] == 0) {  // every window inside the plane: no bounds checks
         for (index_t oh = 0; oh < g.ho; ++oh)
           for (index_t ow = 0; ow < g.wo; ++ow) {
