@@ -324,30 +324,40 @@ namespace conv_detail {
 
 /// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
 /// the general loop's selection (the first largest element, or a NaN), written so that the
-/// compiler vectorizes it; `at` (when Save) gets each winner's position in the plane.
+/// compiler vectorizes it; `at` (when Save) gets each winner's position in the plane. A 16-bit
+/// output is rounded a run at a time (vectorized conversions).
 template <bool Save, class R, class O>
 void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int32_t* at) {
   using A = detail::ad::arith_t<O>;
+  constexpr bool direct = std::is_same_v<O, A>;
   const auto wi = static_cast<std::int32_t>(w);
+  std::array<A, direct ? 1 : detail::chunk> buf;
   for (index_t oh = 0; oh < ho; ++oh) {
     const R* r0 = in + 2 * oh * w;
     const R* r1 = r0 + w;
     const auto row = static_cast<std::int32_t>(2 * oh * w);
-    O* yo = y + oh * wo;
-    for (index_t ow = 0; ow < wo; ++ow) {
-      const std::int32_t c = row + 2 * static_cast<std::int32_t>(ow);
-      R bv = r0[2 * ow];
-      std::int32_t best = c;
-      const auto consider = [&](R v, std::int32_t pos) {
-        const bool take = v > bv || v != v;
-        best = take ? pos : best;
-        bv = take ? v : bv;
-      };
-      consider(r0[2 * ow + 1], c + 1);
-      consider(r1[2 * ow], c + wi);
-      consider(r1[2 * ow + 1], c + wi + 1);
-      yo[ow] = detail::store<O>(A(bv));
-      if constexpr (Save) at[oh * wo + ow] = best;
+    for (index_t o0 = 0; o0 < wo; o0 += detail::chunk) {
+      const index_t len = std::min(detail::chunk, wo - o0);
+      A* out = nullptr;
+      if constexpr (direct) out = y + oh * wo + o0;
+      else out = buf.data();
+      for (index_t j = 0; j < len; ++j) {
+        const index_t ow = o0 + j;
+        const std::int32_t c = row + 2 * static_cast<std::int32_t>(ow);
+        R bv = r0[2 * ow];
+        std::int32_t best = c;
+        const auto consider = [&](R v, std::int32_t pos) {
+          const bool take = v > bv || v != v;
+          best = take ? pos : best;
+          bv = take ? v : bv;
+        };
+        consider(r0[2 * ow + 1], c + 1);
+        consider(r1[2 * ow], c + wi);
+        consider(r1[2 * ow + 1], c + wi + 1);
+        out[j] = A(bv);
+        if constexpr (Save) at[oh * wo + ow] = best;
+      }
+      if constexpr (!direct) detail::store_run(buf.data(), y + oh * wo + o0, len, index_t{1});
     }
   }
 }
