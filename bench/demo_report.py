@@ -71,6 +71,16 @@ The same numbers relative to 32-true:
 """
 
 
+def timing(st):
+    """How the runs shared the machine (results.json's settings; older files have no jobs)."""
+    jobs, threads = st.get("jobs", 1), st.get("threads_per_job", st.get("threads", 0))
+    each = f"{threads} thread{'s' if threads != 1 else ''}" if threads else "OpenMP's default threads"
+    if jobs <= 1:
+        return f"one run at a time on {each}"
+    return (f"{jobs} runs at a time on {each} each (`--jobs`, `--threads`): each run's time is "
+            f"measured while other runs use the other cores")
+
+
 def main(path, docs):
     data = json.load(open(path))
     st, rows = data["settings"], data["results"]
@@ -95,9 +105,7 @@ epochs column);
 
 Columns:
 
-- **s / epoch**: wall-clock seconds per epoch, training only, with {st.get('jobs', 1)} run(s) at a time on
-  {st.get('threads_per_job', 1)} thread(s) each (`--jobs`, `--threads`): on a 2-core machine every run
-  had one core while another run had the other.
+- **s / epoch**: wall-clock seconds per epoch, training only, {timing(st)}.
 - **memory**: the tape's peak (activations, their gradients, scratch), the parameters and their
   gradients, and the optimizer's fp32 masters and momentum. Not the process's resident size.
 - **fp16-flushed grads**: the fraction of weight-gradient values, divided by the loss scale,
