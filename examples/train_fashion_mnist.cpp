@@ -95,16 +95,17 @@ struct job {
   std::size_t row;
 };
 
-/// A rough relative cost of a run (seconds per epoch on one thread, measured once on a 2-core
-/// AMD EPYC, docs/demo.md), used only to start the longest runs first so that two runs at a
-/// time end together. Results never depend on it.
+/// A rough relative cost of a run (seconds per epoch on one thread, relative to the MLP under
+/// 32-true, from `make demo` on a 2-core AMD EPYC, docs/benchmarks.md), used only to start the
+/// longest runs first so that two runs at a time end together. Results never depend on it.
 double cost(const job& j) {
-  const double model = j.model == "mlp" ? 1.0 : j.model == "cnn" ? 18.0 : 12.0;
+  const double model = j.model == "mlp" ? 1.0 : j.model == "cnn" ? 16.0 : 15.0;
   const double policy = j.policy == "64-true"          ? 2.0
-                        : j.policy.starts_with("fp8")  ? 1.7
+                        : j.policy == "16-mixed"       ? 1.2
+                        : j.policy.starts_with("fp8")  ? 1.8
                         : j.policy == "bf16-true"      ? 7.0
-                        : j.policy == "bf16-true+sr"   ? 8.5
-                        : j.policy == "16-true"        ? 5.0
+                        : j.policy == "bf16-true+sr"   ? 8.8
+                        : j.policy == "16-true"        ? 6.2
                                                        : 1.0;
   return model * policy * j.epochs;
 }
