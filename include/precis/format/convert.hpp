@@ -111,6 +111,8 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
           if (cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
         } else if constexpr (bf::lay == layout{5, 10, encoding::ieee}) {
           if (cpu_has_avx512f()) done = half_to_float_avx512(bits, dst, n);
+        } else if constexpr (bf::lay.total_bits() <= 8) {
+          if (cpu_has_avx512f()) done = decode8_to_float_avx512<bf::lay>(bits, dst, n);
         }
         done += decode_to_float_avx2<bf::lay>(bits + done, dst + done, n - done);
         simd = true;
