@@ -109,6 +109,7 @@ PRECIS_CONVERT_BENCH(float, float8_e5m2)
 PRECIS_CONVERT_BENCH(bfloat16, float)
 PRECIS_CONVERT_BENCH(half, float)
 PRECIS_CONVERT_BENCH(float8_e4m3, float)
+PRECIS_CONVERT_BENCH(float8_e5m2, float)
 // Eigen casts exist for its own 16-bit types.
 BENCHMARK(BM_eigen_cast<float, bfloat16>)->Arg(1 << 14)->Arg(1 << 22);
 BENCHMARK(BM_eigen_cast<float, half>)->Arg(1 << 14)->Arg(1 << 22);

@@ -75,6 +75,45 @@ TYPED_TEST(ConvertBulk, FormatToFloatMatchesScalarForEveryPattern) {
   }
 }
 
+#if PRECIS_X86_SIMD
+/// Every 8-bit pattern through each x86 decode kernel directly (the dispatcher sends almost
+/// everything to the widest one): in pattern order, so most 16-lane blocks hold no infinity or
+/// NaN (the fp16 route) and some hold one in their last lane, and in a scattered order that puts
+/// the special values in other lanes (the table route for that block).
+template <class T>
+void check_decode8_kernels() {
+  using bf = precis::detail::bit_format<T>;
+  constexpr auto lay = bf::lay;
+  std::vector<std::uint8_t> src(512);
+  for (std::size_t b = 0; b < 256; ++b) {
+    src[b] = static_cast<std::uint8_t>(b);
+    src[256 + b] = static_cast<std::uint8_t>((b * 167u + 13u) & 0xffu);  // 167 odd: every pattern once
+  }
+  std::vector<float> want(src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) want[i] = precis::round_to<float>(bf::from_bits(src[i]));
+  const auto check = [&](const char* kernel, std::size_t done, const std::vector<float>& got) {
+    ASSERT_EQ(done, src.size()) << kernel;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << kernel << " pattern 0x" << std::hex << unsigned{src[i]};
+    }
+  };
+  if (!precis::detail::cpu_has_avx2_f16c()) GTEST_SKIP() << "AVX2 and F16C are not available on this CPU (or OS)";
+  std::vector<float> got(src.size());
+  check("avx2", precis::detail::decode_to_float_avx2<lay>(src.data(), got.data(), src.size()), got);
+  if (!precis::detail::cpu_has_avx512f()) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS)";
+  std::fill(got.begin(), got.end(), 0.0f);
+  check("avx512", precis::detail::decode8_to_float_avx512<lay>(src.data(), got.data(), src.size()), got);
+}
+
+TEST(Convert, EightBitDecodeKernelsMatchScalarForEveryPattern) {
+  static_assert(precis::detail::decodes_via_half(precis::detail::bit_format<precis::float8_e4m3>::lay) &&
+                precis::detail::decodes_via_half(precis::detail::bit_format<precis::float8_e5m2>::lay));
+  check_decode8_kernels<precis::float8_e4m3>();
+  check_decode8_kernels<precis::float8_e5m2>();
+  check_decode8_kernels<precis::minifloat<3, 2>>();
+}
+#endif
+
 TEST(Convert, StochasticBulkEqualsScalarDrawsInOrder) {
   std::vector<float> src(1000);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = 1.0f + static_cast<float>(i) * 0x1p-19f;

@@ -311,7 +311,12 @@ PRECIS_TARGET_AVX2 inline __m256i quiet_nans(__m256i f) {
 /// Exact widening of a small format to float.
 /// - fp16: F16C vcvtph2ps;
 /// - 8 exponent bits (bf16, tf32): a left shift moves sign, exponent and mantissa into place;
-/// - 8-bit formats: a 256-entry table (built by the scalar decoder) and a gather.
+/// - 8-bit formats with 2 to 5 exponent bits (fp8 e4m3 and e5m2): the bits moved into an fp16
+///   pattern (sign on top, exponent and mantissa left-aligned below it), widened by vcvtph2ps
+///   and multiplied by 2^(15 - bias): both steps exact, subnormals included (fp16's subnormal
+///   spacing scaled by the same power of two is the format's). The format's own infinities and
+///   NaNs, which that would read as finite, come from the table below;
+/// - other 8-bit formats: a 256-entry table (built by the scalar decoder) and a gather.
 template <layout L>
 struct decode_table {
   static constexpr std::array<float, 256> values = [] {
@@ -325,12 +330,66 @@ constexpr bool avx2_decodable(layout l) {
   return fits_float(l) && (l == layout{5, 10, encoding::ieee} || l.exp_bits == 8 || l.total_bits() <= 8);
 }
 
+/// 8-bit layouts decoded through fp16 (above): every value's exponent and precision fit fp16's
+/// after the shift, and scaled by 2^(15 - bias) it is a normal float (no FTZ/DAZ dependence).
+constexpr bool decodes_via_half(layout l) {
+  return l.total_bits() <= 8 && l.exp_bits >= 2 && l.exp_bits <= 5 && l.mant_bits <= 10 &&
+         (l.exp_bits < 5 || (l.enc == encoding::ieee && l.bias() == 15)) && l.emin() - l.mant_bits >= -126;
+}
+
+/// The fp16 patterns h of 8 or 16 8-bit values already widened to 16-bit lanes (decodes_via_half),
+/// and the lanes holding one of the format's infinities or NaNs (all ones where special).
+template <layout L>
+PRECIS_TARGET_AVX2 inline void half_of8_sse(__m128i b, __m128i& h, __m128i& special) {
+  constexpr int M = L.mant_bits, EM = L.exp_bits + L.mant_bits;
+  const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(static_cast<short>(L.magnitude_mask())));
+  const __m128i sign = _mm_and_si128(b, _mm_set1_epi16(static_cast<short>(L.sign_bit())));
+  h = _mm_or_si128(_mm_slli_epi16(mag, 10 - M), _mm_slli_epi16(sign, 15 - EM));
+  if constexpr (L.enc == encoding::ieee) {
+    const auto inf = static_cast<short>(L.inf_bits());
+    special = _mm_cmpeq_epi16(_mm_and_si128(mag, _mm_set1_epi16(inf)), _mm_set1_epi16(inf));
+  } else {
+    special = _mm_cmpeq_epi16(mag, _mm_set1_epi16(static_cast<short>(L.magnitude_mask())));
+  }
+}
+
+template <layout L>
+PRECIS_TARGET_AVX2 inline void half_of8_avx2(__m256i b, __m256i& h, __m256i& special) {
+  constexpr int M = L.mant_bits, EM = L.exp_bits + L.mant_bits;
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(static_cast<short>(L.magnitude_mask())));
+  const __m256i sign = _mm256_and_si256(b, _mm256_set1_epi16(static_cast<short>(L.sign_bit())));
+  h = _mm256_or_si256(_mm256_slli_epi16(mag, 10 - M), _mm256_slli_epi16(sign, 15 - EM));
+  if constexpr (L.enc == encoding::ieee) {
+    const auto inf = static_cast<short>(L.inf_bits());
+    special = _mm256_cmpeq_epi16(_mm256_and_si256(mag, _mm256_set1_epi16(inf)), _mm256_set1_epi16(inf));
+  } else {
+    special = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(static_cast<short>(L.magnitude_mask())));
+  }
+}
+
+template <layout L>
+constexpr float half_scale() {
+  float s = 1.0f;
+  for (int e = L.bias(); e < 15; ++e) s *= 2.0f;
+  return s;
+}
+
 template <layout L, class Bits>
 PRECIS_TARGET_AVX2 std::size_t decode_to_float_avx2(const Bits* src, float* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i f;
-    if constexpr (L == layout{5, 10, encoding::ieee}) {
+    if constexpr (decodes_via_half(L)) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i));
+      __m128i h, special;
+      half_of8_sse<L>(_mm_cvtepu8_epi16(b), h, special);
+      const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(half_scale<L>()));
+      if (_mm_movemask_epi8(special) == 0) {
+        _mm256_storeu_ps(dst + i, v);
+        continue;
+      }
+      f = _mm256_castps_si256(_mm256_i32gather_ps(decode_table<L>::values.data(), _mm256_cvtepu8_epi32(b), 4));
+    } else if constexpr (L == layout{5, 10, encoding::ieee}) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
       f = _mm256_castps_si256(_mm256_cvtph_ps(h));
     } else if constexpr (L.total_bits() <= 8) {
@@ -351,8 +410,8 @@ PRECIS_TARGET_AVX2 std::size_t decode_to_float_avx2(const Bits* src, float* dst,
   return i;
 }
 
-/// 8-bit formats -> float, 16 lanes at a time: decode_to_float_avx2's table gather at twice the
-/// width (NaNs quieted the same way), bit-identical to it.
+/// 8-bit formats -> float, 16 lanes at a time: decode_to_float_avx2's paths at twice the width
+/// (NaNs quieted the same way), bit-identical to them.
 template <layout L, class Bits>
 PRECIS_TARGET_AVX512 std::size_t decode8_to_float_avx512(const Bits* src, float* dst, std::size_t n) {
   static_assert(L.total_bits() <= 8 && sizeof(Bits) == 1);
@@ -362,7 +421,16 @@ PRECIS_TARGET_AVX512 std::size_t decode8_to_float_avx512(const Bits* src, float*
   const float* table = decode_table<L>::values.data();
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i idx = _mm512_maskz_cvtepu8_epi32(all16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    if constexpr (decodes_via_half(L)) {
+      __m256i h, special;
+      half_of8_avx2<L>(_mm256_cvtepu8_epi16(b), h, special);
+      if (_mm256_movemask_epi8(special) == 0) {
+        _mm512_storeu_ps(dst + i, _mm512_maskz_mul_ps(all16, _mm512_maskz_cvtph_ps(all16, h), _mm512_set1_ps(half_scale<L>())));
+        continue;
+      }
+    }
+    const __m512i idx = _mm512_maskz_cvtepu8_epi32(all16, b);
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wsign-conversion"  // GCC's -O0 macro passes the mask as a short
