@@ -174,15 +174,29 @@ struct scaled_tensor {
 
 namespace detail {
 
-/// The largest |x_i| of n floats; NaN if any is NaN.
+/// The largest |x_i| of n floats; NaN if any is NaN. Eight independent running maxima and a
+/// NaN flag, so the loop vectorizes without fast-math (the maximum of non-negative values is
+/// the same in any order).
 inline float amax_of(const float* x, std::size_t n) {
-  float m = 0.0f;
-  bool nan = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    m = std::max(m, std::fabs(x[i]));
-    nan = nan || std::isnan(x[i]);
+  constexpr std::size_t W = 8;
+  float m[W] = {};
+  unsigned nan = 0;
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) {
+    for (std::size_t j = 0; j < W; ++j) {
+      const float a = std::fabs(x[i + j]);
+      m[j] = a > m[j] ? a : m[j];
+      nan |= static_cast<unsigned>(x[i + j] != x[i + j]);
+    }
   }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    m[0] = a > m[0] ? a : m[0];
+    nan |= static_cast<unsigned>(x[i] != x[i]);
+  }
+  float r = 0.0f;
+  for (const float v : m) r = v > r ? v : r;
+  return nan ? std::numeric_limits<float>::quiet_NaN() : r;
 }
 
 template <class F8>
@@ -197,15 +211,16 @@ void check_scale(float scale, const char* who, const Shape& shape) {
 
 /// The cast itself: out[i] = x[i] * scale rounded once to F8 (to nearest even, saturating at the
 /// format's largest value), with its statistics. The products are formed in fp32 and the
-/// rounding is precis::convert's (vectorized where the CPU allows).
+/// rounding is precis::convert's (vectorized where the CPU allows). `amax`, when given, is
+/// amax_of(x, n), already computed by the caller.
 template <class F8>
-cast_stats quantize_into(const float* x, std::size_t n, float scale, F8* out) {
+cast_stats quantize_into(const float* x, std::size_t n, float scale, F8* out, const float* amax = nullptr) {
   static_assert(is_fp8<F8>, "precis::fp8::quantize_into: F8 must be precis::float8_e4m3 or precis::float8_e5m2");
   // rounding to nearest overflows from max + half the spacing at max (464 for e4m3, 61440 for e5m2)
   const float overflow_at = max_finite<F8>() + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
   cast_stats st;
   st.count = n;
-  st.amax = detail::amax_of(x, n);
+  st.amax = amax != nullptr ? *amax : detail::amax_of(x, n);
   constexpr std::size_t chunk = 1024;
   // a result is zero when its bits other than the sign are
   constexpr auto magnitude = static_cast<typename F8::storage_type>((1u << (8 * sizeof(typename F8::storage_type) - 1)) - 1u);
@@ -365,28 +380,17 @@ class tensor_scaling {
   /// The scale a cast of these n values uses: from their amax (current scaling, reduced across
   /// ranks when `reduce` is set), from the history (delayed) or 1 (none).
   float choose(const float* x, std::size_t n, const amax_reducer* reduce) const {
-    switch (recipe_.which) {
-      case recipe::kind::current: {
-        float amax = detail::amax_of(x, n);
-        if (reduce != nullptr && *reduce) {
-          float v = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
-          (*reduce)(std::span<float>(&v, 1));
-          amax = v;
-        }
-        return scale_for<F8>(amax, recipe_.current.margin, 1.0f, recipe_.current.power_of_two);
-      }
-      case recipe::kind::delayed: return delayed_.scale();
-      case recipe::kind::none: break;
-    }
-    return 1.0f;
+    const float amax = recipe_.which == recipe::kind::current ? detail::amax_of(x, n) : 0.0f;
+    return choose_with(amax, reduce);
   }
 
   /// Casts n contiguous floats into out with the chosen scale; records the amax (delayed) and
   /// the statistics. Returns the scale used.
   float cast(const float* x, std::size_t n, F8* out, const amax_reducer* reduce) {
-    const float scale = choose(x, n, reduce);
+    const float own = detail::amax_of(x, n);  // this rank's, before any reduction
+    const float scale = choose_with(own, reduce);
     last_scale_ = scale;
-    last_ = quantize_into<F8>(x, n, scale, out);
+    last_ = quantize_into<F8>(x, n, scale, out, &own);
     total_.add(last_);
     if (recipe_.which == recipe::kind::delayed) delayed_.record(last_.amax);
     return scale;
@@ -402,6 +406,24 @@ class tensor_scaling {
   void reset_telemetry() noexcept { total_ = {}; }
 
  private:
+  /// choose() given the values' own amax (used by the current recipe only).
+  float choose_with(float own_amax, const amax_reducer* reduce) const {
+    switch (recipe_.which) {
+      case recipe::kind::current: {
+        float amax = own_amax;
+        if (reduce != nullptr && *reduce) {
+          float v = std::isnan(amax) ? std::numeric_limits<float>::infinity() : amax;
+          (*reduce)(std::span<float>(&v, 1));
+          amax = v;
+        }
+        return scale_for<F8>(amax, recipe_.current.margin, 1.0f, recipe_.current.power_of_two);
+      }
+      case recipe::kind::delayed: return delayed_.scale();
+      case recipe::kind::none: break;
+    }
+    return 1.0f;
+  }
+
   recipe recipe_;
   delayed_scaler<F8> delayed_;
   cast_stats last_{};
