@@ -206,6 +206,7 @@ TEST(OpLayerReference, Conv2dMatchesDefinition) {
       {{{2, 3}, {2, 1}, {1, 1}, 1}, {1, 2, 9, 8}, {3, 2, 4, 3}},
       {{{1, 2}, {1, 0}, {2, 1}, 3}, {2, 6, 7, 7}, {6, 2, 3, 2}},
       {{{1, 1}, {0, 0}, {1, 1}, 4}, {1, 4, 3, 3}, {8, 1, 2, 2}},  // depthwise, channel multiplier 2
+      {{{1, 1}, {2, 1}, {1, 1}, 1}, {2, 2, 4, 6}, {3, 2, 5, 3}},  // same width, taps past every edge
   };
   unsigned seed = 100;
   for (const auto& [o, xs, ws] : cases) {
@@ -218,43 +219,60 @@ TEST(OpLayerReference, Conv2dMatchesDefinition) {
 }
 
 /// conv2d's gradients under 64-true against the adjoint of the definition (dx, dw, db of
-/// sum(y * c)), each a plain sum of products.
+/// sum(y * c)), each a plain sum of products; geometries that take every im2col / col2im path
+/// (strided, dilated, grouped, and "same" unit-stride sweeps with taps off every edge).
 TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
-  const conv2d_options o{{2, 1}, {1, 1}, {1, 2}, 2};
-  auto x = uniform({2, 4, 6, 5}, -1, 1, 200), w = uniform({4, 2, 3, 2}, -1, 1, 201), b = uniform({4}, -1, 1, 202);
-  Tensor<double> ref, mag;
-  conv_reference(x, w, b, o, ref, mag);
-  const auto c = uniform(ref.shape(), -1, 1, 203);
-  using P = pol::true_<double>;
-  Tensor<double> gx(x.shape()), gw(w.shape()), gb(b.shape());
-  Tape<P> t;
-  const auto xv = t.param(x.view(), gx.view());
-  const auto wv = t.param(w.view(), gw.view());
-  const auto bv = t.param(b.view(), gb.view());
-  t.backward(sum(mul(conv2d(xv, wv, bv, o), t.input(c))));
-  Tensor<double> rx(x.shape()), rw(w.shape()), rb(b.shape());
-  const index_t og = 2, cg = 2;
-  for (index_t n = 0; n < 2; ++n)
-    for (index_t f = 0; f < 4; ++f)
-      for (index_t oh = 0; oh < ref.shape()[2]; ++oh)
-        for (index_t ow = 0; ow < ref.shape()[3]; ++ow) {
-          const double g = c(n, f, oh, ow);
-          rb(f) += g;
-          for (index_t ci = 0; ci < cg; ++ci)
-            for (index_t i = 0; i < 3; ++i)
-              for (index_t j = 0; j < 2; ++j) {
-                const index_t ih = oh * 2 - 1 + i, iw = ow - 1 + 2 * j;
-                if (ih < 0 || ih >= 6 || iw < 0 || iw >= 5) continue;
-                const index_t ch = (f / og) * cg + ci;
-                rx(n, ch, ih, iw) += g * w(f, ci, i, j);
-                rw(f, ci, i, j) += g * x(n, ch, ih, iw);
-              }
-        }
-  // each gradient is a sum of at most 2 * 4 * 3 * 2 products of magnitude <= 1
-  const double tol = bounds::gamma(64, unit_roundoff<double>()) * 64;
-  for (index_t i = 0; i < x.size(); ++i) EXPECT_NEAR(gx.data()[i], rx.data()[i], tol) << "dx " << i;
-  for (index_t i = 0; i < w.size(); ++i) EXPECT_NEAR(gw.data()[i], rw.data()[i], tol) << "dw " << i;
-  for (index_t i = 0; i < b.size(); ++i) EXPECT_NEAR(gb.data()[i], rb.data()[i], tol) << "db " << i;
+  struct geometry_case {
+    conv2d_options o;
+    Shape xs, ws;
+  };
+  const std::vector<geometry_case> cases{
+      {{{2, 1}, {1, 1}, {1, 2}, 2}, {2, 4, 6, 5}, {4, 2, 3, 2}},
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 3, 7, 6}, {4, 3, 3, 3}},  // same size out: contiguous rows
+      {{{1, 1}, {2, 2}, {2, 2}, 1}, {1, 2, 5, 5}, {3, 2, 3, 3}},  // dilated, same size
+      {{{1, 1}, {2, 1}, {1, 1}, 1}, {1, 2, 4, 6}, {2, 2, 5, 3}},  // taps past both edges
+      {{{1, 2}, {0, 1}, {1, 1}, 1}, {2, 2, 5, 7}, {3, 2, 2, 3}},  // horizontal stride
+  };
+  unsigned seed = 200;
+  for (const auto& [o, xs, ws] : cases) {
+    auto x = uniform(xs, -1, 1, seed), w = uniform(ws, -1, 1, seed + 1), b = uniform({ws[0]}, -1, 1, seed + 2);
+    Tensor<double> ref, mag;
+    conv_reference(x, w, b, o, ref, mag);
+    const auto c = uniform(ref.shape(), -1, 1, seed + 3);
+    seed += 10;
+    using P = pol::true_<double>;
+    Tensor<double> gx(x.shape()), gw(w.shape()), gb(b.shape());
+    Tape<P> t;
+    const auto xv = t.param(x.view(), gx.view());
+    const auto wv = t.param(w.view(), gw.view());
+    const auto bv = t.param(b.view(), gb.view());
+    t.backward(sum(mul(conv2d(xv, wv, bv, o), t.input(c))));
+    Tensor<double> rx(x.shape()), rw(w.shape()), rb(b.shape());
+    const index_t og = ws[0] / o.groups, cg = ws[1];
+    for (index_t n = 0; n < xs[0]; ++n)
+      for (index_t f = 0; f < ws[0]; ++f)
+        for (index_t oh = 0; oh < ref.shape()[2]; ++oh)
+          for (index_t ow = 0; ow < ref.shape()[3]; ++ow) {
+            const double g = c(n, f, oh, ow);
+            rb(f) += g;
+            for (index_t ci = 0; ci < cg; ++ci)
+              for (index_t i = 0; i < ws[2]; ++i)
+                for (index_t j = 0; j < ws[3]; ++j) {
+                  const index_t ih = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                  const index_t iw = ow * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                  if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+                  const index_t ch = (f / og) * cg + ci;
+                  rx(n, ch, ih, iw) += g * w(f, ci, i, j);
+                  rw(f, ci, i, j) += g * x(n, ch, ih, iw);
+                }
+          }
+    // each gradient is a sum of at most 2 * 4 * 5 * 3 * 7 * 6 products of magnitude <= 1
+    const double tol = bounds::gamma(1024, unit_roundoff<double>()) * 1024;
+    const std::string at = " (case x " + xs.str() + ", w " + ws.str() + ")";
+    for (index_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gx.data()[i], rx.data()[i], tol) << "dx " << i << at;
+    for (index_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gw.data()[i], rw.data()[i], tol) << "dw " << i << at;
+    for (index_t i = 0; i < b.size(); ++i) ASSERT_NEAR(gb.data()[i], rb.data()[i], tol) << "db " << i << at;
+  }
 }
 
 /// softmax(q k^T / sqrt(d), causal) v by its definition, in double.

@@ -41,41 +41,60 @@ struct geometry {
   index_t plane() const { return ho * wo; }
 };
 
+/// The output positions [lo, hi) of a sweep of `out` windows whose kernel tap sits at input
+/// position o * stride + off: those that land inside [0, in).
+inline pair inside(index_t out, index_t in, index_t stride, index_t off) {
+  const index_t lo = std::min(out, off >= 0 ? index_t{0} : (-off + stride - 1) / stride);
+  const index_t hi = std::max(lo, std::min(out, in - 1 - off < 0 ? index_t{0} : (in - 1 - off) / stride + 1));
+  return {lo, hi};
+}
+
 /// col [c * kh * kw, count * ho * wo] of images first..first+count of x [N, C, H, W] (channels
 /// c0..c0+c): the receptive field of every output position, zero where it covers padding.
 template <class L, class S>
 void im2col(const geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) {
   const index_t p = g.plane(), cols = count * p, k = cs * g.kh * g.kw;
   const L zero = detail::store<L>(detail::ad::arith_t<L>(0));
+  // a unit-stride "same" sweep (wo == w) of a plane already in L: consecutive output rows read
+  // consecutive input rows, so a tap's valid rows are one contiguous copy, after which the
+  // columns that fell outside the plane (read from a neighbouring row) are zeroed
+  const bool contiguous = std::is_same_v<L, S> && g.stride[0] == 1 && g.stride[1] == 1 && g.wo == g.w;
   // rows (c, i, j) are independent: split them over threads
   detail::parallel_ranges(k, detail::threads_for(k * cols, index_t{1} << 15), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
-        const index_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-        L* row = col + r * cols;
-        for (index_t b = 0; b < count; ++b) {
-          const S* plane = x + ((first + b) * g.c + c0 + c) * g.h * g.w;
-          for (index_t oh = 0; oh < g.ho; ++oh) {
-            const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
-            L* out = row + b * p + oh * g.wo;
-            if (ih < 0 || ih >= g.h) {
-              std::fill_n(out, g.wo, zero);
-              continue;
-            }
-            // iw = ow stride - pad + j dil is inside [0, w) for ow in [lo, hi): zeros around a
-            // strided copy
-            const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
-            const index_t lo = std::min(g.wo, off >= 0 ? index_t{0} : (-off + s1 - 1) / s1);
-            const index_t hi = std::max(lo, std::min(g.wo, g.w - 1 - off < 0 ? index_t{0} : (g.w - 1 - off) / s1 + 1));
-            std::fill(out, out + lo, zero);
-            const S* src = plane + ih * g.w + off;
-            if (s1 == 1) {
-              for (index_t ow = lo; ow < hi; ++ow) out[ow] = L(src[ow]);
-            } else {
-              for (index_t ow = lo; ow < hi; ++ow) out[ow] = L(src[ow * s1]);
-            }
-            std::fill(out + hi, out + g.wo, zero);
+      const index_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      L* row = col + r * cols;
+      // output rows [oa, ob) and columns [lo, hi) read inside the plane
+      const auto [oa, ob] = inside(g.ho, g.h, g.stride[0], i * g.dil[0] - g.pad[0]);
+      const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
+      const auto [lo, hi] = inside(g.wo, g.w, s1, off);
+      for (index_t b = 0; b < count; ++b) {
+        const S* plane = x + ((first + b) * g.c + c0 + c) * g.h * g.w;
+        L* out = row + b * p;
+        std::fill(out, out + oa * g.wo, zero);
+        std::fill(out + ob * g.wo, out + p, zero);
+        if (contiguous && hi > lo) {
+          const index_t from = oa * g.wo + lo, to = (ob - 1) * g.wo + hi;
+          if (ob > oa) std::copy_n(plane + (oa - g.pad[0] + i * g.dil[0]) * g.w + off + lo, to - from, out + from);
+          for (index_t oh = oa; oh < ob; ++oh) {
+            std::fill(out + oh * g.wo, out + oh * g.wo + lo, zero);
+            std::fill(out + oh * g.wo + hi, out + (oh + 1) * g.wo, zero);
           }
+          continue;
         }
+        for (index_t oh = oa; oh < ob; ++oh) {
+          const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
+          L* o = out + oh * g.wo;
+          std::fill(o, o + lo, zero);
+          const S* src = plane + ih * g.w + lo * s1 + off;  // input column of output column lo
+          if (s1 == 1) {
+            for (index_t t = 0; t < hi - lo; ++t) o[lo + t] = L(src[t]);
+          } else {
+            for (index_t t = 0; t < hi - lo; ++t) o[lo + t] = L(src[t * s1]);
+          }
+          std::fill(o + hi, o + g.wo, zero);
+        }
+      }
     }
   });
 }
@@ -90,15 +109,20 @@ void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t 
     for (index_t i = 0; i < g.kh; ++i)
       for (index_t j = 0; j < g.kw; ++j) {
         const Acc* row = dcol + ((c * g.kh + i) * g.kw + j) * cols;
+        // only the output positions whose tap lies inside the plane (the rest covered padding)
+        const auto [oa, ob] = inside(g.ho, g.h, g.stride[0], i * g.dil[0] - g.pad[0]);
+        const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
+        const auto [lo, hi] = inside(g.wo, g.w, s1, off);
         for (index_t b = 0; b < count; ++b) {
           Acc* plane = dx + ((first + b) * g.c + c0 + c) * g.h * g.w;
-          for (index_t oh = 0; oh < g.ho; ++oh) {
+          for (index_t oh = oa; oh < ob; ++oh) {
             const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
-            if (ih < 0 || ih >= g.h) continue;
-            const Acc* in = row + b * p + oh * g.wo;
-            for (index_t ow = 0; ow < g.wo; ++ow) {
-              const index_t iw = ow * g.stride[1] - g.pad[1] + j * g.dil[1];
-              if (iw >= 0 && iw < g.w) plane[ih * g.w + iw] += in[ow];
+            const Acc* in = row + b * p + oh * g.wo + lo;
+            Acc* dst = plane + ih * g.w + lo * s1 + off;  // input column of output column lo
+            if (s1 == 1) {
+              for (index_t t = 0; t < hi - lo; ++t) dst[t] += in[t];
+            } else {
+              for (index_t t = 0; t < hi - lo; ++t) dst[t * s1] += in[t];
             }
           }
         }
