@@ -17,15 +17,22 @@
 //            the activation's Lipschitz constant and evaluation error, and C's rounding;
 //   rounded: C in fp16/bf16/fp8, to nearest or stochastically, equals the host's
 //            precis::round_to of the same kernel's fp32 result, bit for bit, with the random
-//            bits precis::cuda::stochastic_bits names for each element.
+//            bits precis::cuda::stochastic_bits names for each element;
+//   model:   (`--device model`) operands drawn over each format's range, K a few instructions
+//            long: every fp32 output of the sm90 (wgmma) and sm80 (mma.sync) kernels equals
+//            precis::tc::inner_product<tc::sm90, In> bit for bit (the tensor cores' own
+//            arithmetic, modelled on the CPU). `--record DIR` also writes 16 x 16 tiles of
+//            these products, in the layout of tests/data/tensor-core, for the CPU model's tests.
 // The reference is the product of the exact operand values in double on the host.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <precis/cuda/gemm.cuh>
 #include <precis/precis.hpp>
+#include <precis/tc/tensor_core.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -587,8 +594,247 @@ void device_tf32_rounding() {
   check(bad == 0, "device tf32 operand rounding");
 }
 
-/// Runs the checks of the named backends ("sm90 sm80 cublaslt simt"; none: all).
-int run_device(const std::vector<std::string>& only) {
+
+// --- bit-exact against the CPU tensor-core model ------------------------------------------
+
+/// Operand values for the model comparison: +-2^e (1 + f), e uniform in [lo, hi], f uniform,
+/// rounded to In. Regimes: 0 narrow (e in [-2, 2]); 1 wide (the format's range, products kept
+/// inside fp32's); 2 tiny (the format's subnormals and smallest normals); 3 pairs (narrow, with
+/// A's elements repeated in pairs along k and every even column of B negating the second of
+/// each pair, so those products cancel exactly).
+constexpr int model_regimes = 4;
+const char* const model_regime_names[model_regimes] = {"narrow", "wide", "tiny", "pairs"};
+
+template <class In>
+void model_exponents(int regime, int& lo, int& hi) {
+  constexpr int digits = precis::format_traits<In>::digits, emin = precis::format_traits<In>::emin,
+                emax = precis::format_traits<In>::emax;
+  lo = -2, hi = 2;
+  if (regime == 1) lo = std::max(emin - digits + 1, -60), hi = std::min(emax - 1, 60);
+  if (regime == 2) lo = emin - digits + 1, hi = emin + 2;
+}
+
+/// m x k values of In (row-major), drawn in `regime`; `b` marks the right operand (k x n).
+template <class In>
+std::vector<In> model_operand(index_t rows, index_t cols, int regime, bool b, std::uint64_t seed) {
+  std::vector<In> v(static_cast<std::size_t>(rows * cols));
+  precis::xoshiro256pp g(seed);
+  int lo, hi;
+  model_exponents<In>(regime, lo, hi);
+  for (auto& x : v) {
+    const int e = lo + static_cast<int>(g() % static_cast<std::uint64_t>(hi - lo + 1));
+    const double f = static_cast<double>(g() >> 11) * 0x1p-53;
+    const double s = (g() & 1) ? -1.0 : 1.0;
+    x = from_double<In>(s * std::ldexp(1.0 + f, e));
+  }
+  if (regime == 3) {
+    const index_t kdim = b ? rows : cols;
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t c = 0; c < cols; ++c) {
+        const index_t p = b ? r : c;  // position along k
+        if (p % 2 == 0 || p + 1 > kdim) continue;
+        auto& x = v[static_cast<std::size_t>(r * cols + c)];
+        if (!b) x = v[static_cast<std::size_t>(r * cols + c - 1)];
+        else if (c % 2 == 0) x = from_double<In>(-to_double(v[static_cast<std::size_t>((r - 1) * cols + c)]));
+      }
+  }
+  return v;
+}
+
+/// Tiles written by --record: one TCPROBE1 file per kernel and format (C = 0: the GEMM's
+/// tensor cores start from zero).
+struct tile_recorder {
+  std::string dir;
+  struct file {
+    int k = 0, bytes = 0, tiles = 0;
+    std::vector<char> body;
+  };
+  std::vector<std::pair<std::string, file>> files;
+  file& get(const std::string& name) {
+    for (auto& f : files)
+      if (f.first == name) return f.second;
+    files.emplace_back(name, file{});
+    return files.back().second;
+  }
+  template <class T>
+  static void put(std::vector<char>& body, T x) {
+    const char* p = reinterpret_cast<const char*>(&x);
+    body.insert(body.end(), p, p + sizeof x);
+  }
+  void write() const {
+    for (const auto& [name, f] : files) {
+      std::ofstream o(dir + "/" + name, std::ios::binary);
+      o.write("TCPROBE1", 8);
+      const std::int32_t head[3] = {f.tiles, f.k, f.bytes};
+      o.write(reinterpret_cast<const char*>(head), sizeof head);
+      o.write(f.body.data(), static_cast<std::streamsize>(f.body.size()));
+      if (!o) throw std::runtime_error("cannot write " + dir + "/" + name);
+      std::printf("recorded %d tiles (K = %d) in %s/%s\n", f.tiles, f.k, dir.c_str(), name.c_str());
+    }
+  }
+};
+tile_recorder* recorder = nullptr;
+
+/// The input bit pattern of a model operand as the recorded files store it (tf32: the fp32
+/// pattern, low 13 bits zero).
+template <class In>
+std::uint32_t recorded_bits(const In& x) {
+  if constexpr (std::is_same_v<In, precis::tf32>) return bits_of(static_cast<float>(x));
+  else return static_cast<std::uint32_t>(precis::detail::bit_format<In>::to_bits(x));
+}
+
+/// One GEMM C = A B (fp32 C, alpha 1, beta 0) on backend `be`, operands of In stored as S
+/// (tf32: fp32 words holding tf32 values, rounded again by the kernel), compared element by
+/// element with the CPU model of Arch's tensor cores for input format ModelIn (In's values
+/// converted exactly). Prints and returns the mismatches; records tiles under `record` when
+/// asked.
+template <class In, class S, class Op, class ModelIn>
+long model_case(const std::string& name, gemm_backend be, index_t m, index_t n, index_t k, int regime, std::uint64_t seed,
+                const std::string& record) {
+  const auto a = model_operand<In>(m, k, regime, false, seed * 2 + 1);
+  const auto b = model_operand<In>(k, n, regime, true, seed * 2 + 2);
+  const auto stored = [](const std::vector<In>& v) {
+    std::vector<S> s(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) s[i] = static_cast<S>(static_cast<float>(v[i]));
+    return s;
+  };
+  device_matrix<S> da(stored(a), m, k, false);
+  device_matrix<S> db(stored(b), k, n, true);
+  precis::Tensor<float> hc(Shape{m, n});
+  for (index_t e = 0; e < m * n; ++e) hc.data()[e] = NAN;
+  auto dc = precis::cuda::DeviceTensor<float>::from_host(hc);
+  precis::cuda::gemm_options opt;
+  opt.backend = be;
+  precis::cuda::gemm<float, Op>(1.0f, da.view, db.view, 0.0f, dc, {}, opt);
+  precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after gemm");
+  const auto c = dc.to_host();
+  // the model over rows, on the host's threads
+  std::vector<long> bad_rows(static_cast<std::size_t>(m)), non_ieee_rows(static_cast<std::size_t>(m));
+  std::vector<std::string> first(static_cast<std::size_t>(m));
+  const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < nt; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<ModelIn> row(static_cast<std::size_t>(k)), col(static_cast<std::size_t>(k));
+      for (index_t i = t; i < m; i += nt) {
+        for (index_t p = 0; p < k; ++p)
+          row[static_cast<std::size_t>(p)] = static_cast<ModelIn>(static_cast<float>(a[static_cast<std::size_t>(i * k + p)]));
+        for (index_t j = 0; j < n; ++j) {
+          double exact = 0;  // products of <= 11-bit significands, at most 600 terms of nearby size
+          for (index_t p = 0; p < k; ++p) {
+            col[static_cast<std::size_t>(p)] = static_cast<ModelIn>(static_cast<float>(b[static_cast<std::size_t>(p * n + j)]));
+            exact += to_double(a[static_cast<std::size_t>(i * k + p)]) * to_double(b[static_cast<std::size_t>(p * n + j)]);
+          }
+          const float want =
+              precis::tc::inner_product<precis::tc::sm90, ModelIn>(0.0f, std::span<const ModelIn>(row), std::span<const ModelIn>(col));
+          const float got = c.data()[i * n + j];
+          const auto r = static_cast<std::size_t>(i);
+          non_ieee_rows[r] += got != static_cast<float>(exact);
+          if (bits_of(got) != bits_of(want) && bad_rows[r]++ == 0) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "    (%td, %td): kernel %a (0x%08x), model %a (0x%08x)\n", i, j, static_cast<double>(got),
+                          bits_of(got), static_cast<double>(want), bits_of(want));
+            first[r] = buf;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  long bad = 0, non_ieee = 0, shown = 0;
+  for (std::size_t r = 0; r < first.size(); ++r) {
+    bad += bad_rows[r];
+    non_ieee += non_ieee_rows[r];
+    if (!first[r].empty() && shown++ < 3) std::printf("%s", first[r].c_str());
+  }
+  std::printf("  %-6s %-8s k=%-4td %-7s %s  %ld of %td outputs differ from the model; %.0f%% not the correctly rounded sum\n",
+              name.c_str(), precis::cuda::to_string(be), k, model_regime_names[regime], bad ? "FAIL" : "ok  ", bad, m * n,
+              100.0 * static_cast<double>(non_ieee) / static_cast<double>(m * n));
+  if (recorder && !record.empty()) {
+    auto& f = recorder->get(record);
+    f.k = static_cast<int>(k);
+    f.bytes = std::is_same_v<In, precis::tf32> ? 4 : static_cast<int>(sizeof(In));
+    const auto put_bits = [&](std::uint32_t v) {
+      const char* q = reinterpret_cast<const char*>(&v);
+      f.body.insert(f.body.end(), q, q + f.bytes);  // little-endian: the low bytes
+    };
+    // tiles along the diagonal band: rows 16t.., columns 16(t + 3 regime)..
+    for (index_t t = 0; t < 25 && 16 * t + 16 <= m; ++t) {
+      const index_t i0 = 16 * t, j0 = 16 * ((t + 3 * regime) % (n / 16));
+      for (index_t i = 0; i < 16; ++i)
+        for (index_t p = 0; p < k; ++p) put_bits(recorded_bits(a[static_cast<std::size_t>((i0 + i) * k + p)]));
+      for (index_t p = 0; p < k; ++p)
+        for (index_t j = 0; j < 16; ++j) put_bits(recorded_bits(b[static_cast<std::size_t>(p * n + j0 + j)]));
+      for (int e = 0; e < 256; ++e) tile_recorder::put(f.body, 0.0f);
+      for (index_t i = 0; i < 16; ++i)
+        for (index_t j = 0; j < 16; ++j) tile_recorder::put(f.body, c.data()[(i0 + i) * n + j0 + j]);
+      ++f.tiles;
+    }
+  }
+  return bad;
+}
+
+/// Every regime at K = 1, 2 and 5 instructions (and, for 16-bit formats, K past the stage,
+/// ragged against it); the record is taken at K = 2 instructions.
+template <class In, class S, class Op, class ModelIn>
+void model_format(const std::string& name, gemm_backend be, int instruction_k, const std::string& record) {
+  const index_t m = 400, n = 264;  // ragged against both kernels' tiles
+  std::vector<index_t> ks = {instruction_k, 2 * instruction_k, 5 * instruction_k};
+  // the sm90 kernel promotes fp8 partial sums every 128 elements of K: one slice at most
+  if (!(be == gemm_backend::sm90 && sizeof(In) == 1)) ks.push_back(37 * instruction_k);
+  for (int regime = 0; regime < model_regimes; ++regime)
+    for (const index_t k : ks) {
+      const std::uint64_t seed = 7000 + static_cast<std::uint64_t>(regime * 100 + k);
+      long bad = -1;
+      try {
+        bad = model_case<In, S, Op, ModelIn>(name, be, m, n, k, regime, seed, k == 2 * instruction_k ? record : std::string());
+      } catch (const std::exception& e) {
+        std::printf("  %-6s %s k=%td ERROR %s\n", name.c_str(), precis::cuda::to_string(be), k, e.what());
+      }
+      check(bad == 0, name + " " + precis::cuda::to_string(be) + " k=" + std::to_string(k) + " " + model_regime_names[regime] +
+                          ": bit-identical to precis::tc::inner_product<sm90>");
+    }
+}
+
+/// The model suite: wgmma (sm90 kernel) and mma.sync (sm80 kernel) on this device against
+/// precis::tc's sm90 model. mma.sync's fp8 instructions on sm_90 compute what the fp16 ones do
+/// on the same values (fp8 is exactly representable in fp16).
+void model_suite(bool sm90a, int cc) {
+  using precis::bfloat16;
+  using precis::half;
+  using precis::float8_e4m3;
+  using precis::float8_e5m2;
+  std::printf("model (precis::tc::inner_product<sm90, In>, bit for bit):\n");
+  if (cc != 90) {
+    std::printf("  the model is of sm_90's tensor cores; this device is sm_%d: skipped\n", cc);
+    return;
+  }
+  if (sm90a) {
+    model_format<half, half, void, half>("fp16", gemm_backend::sm90, 16, "h100_wgmma_fp16_16x16x32.bin");
+    model_format<bfloat16, bfloat16, void, bfloat16>("bf16", gemm_backend::sm90, 16, "h100_wgmma_bf16_16x16x32.bin");
+    model_format<float8_e4m3, float8_e4m3, void, float8_e4m3>("e4m3", gemm_backend::sm90, 32, "h100_wgmma_e4m3_16x16x64.bin");
+    model_format<float8_e5m2, float8_e5m2, void, float8_e5m2>("e5m2", gemm_backend::sm90, 32, "h100_wgmma_e5m2_16x16x64.bin");
+  }
+  model_format<half, half, void, half>("fp16", gemm_backend::sm80, 16, "h100_mma_fp16_16x16x32.bin");
+  model_format<bfloat16, bfloat16, void, bfloat16>("bf16", gemm_backend::sm80, 16, "h100_mma_bf16_16x16x32.bin");
+  model_format<precis::tf32, float, precis::tf32, precis::tf32>("tf32", gemm_backend::sm80, 8, "h100_mma_tf32_16x16x16.bin");
+  model_format<float8_e4m3, float8_e4m3, void, half>("e4m3", gemm_backend::sm80, 32, "h100_mma_e4m3_16x16x64.bin");
+  model_format<float8_e5m2, float8_e5m2, void, half>("e5m2", gemm_backend::sm80, 32, "h100_mma_e5m2_16x16x64.bin");
+  // for comparison: the same mma.sync outputs against the wgmma fp8 model (not asserted)
+  std::printf("  mma.sync e4m3 against the fp8 (wgmma) model instead, for comparison:\n");
+  model_case<float8_e4m3, float8_e4m3, void, float8_e4m3>("e4m3", gemm_backend::sm80, 400, 264, 64, 1, 7164, {});
+}
+
+/// Runs the checks of the named parts ("sm90 sm80 cublaslt simt model"; none: all), and with
+/// "--record DIR" writes the model suite's tiles into DIR.
+int run_device(std::vector<std::string> only) {
+  tile_recorder rec;
+  if (const auto r = std::find(only.begin(), only.end(), "--record"); r != only.end()) {
+    if (r + 1 == only.end()) throw std::invalid_argument("--record needs a directory");
+    rec.dir = *(r + 1);
+    recorder = &rec;
+    only.erase(r, r + 2);
+  }
   const auto wanted = [&](gemm_backend be) {
     return only.empty() || std::find(only.begin(), only.end(), precis::cuda::to_string(be)) != only.end();
   };
@@ -651,6 +897,9 @@ int run_device(const std::vector<std::string>& only) {
   for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 26)) check_values<float, precis::tf32, float, float, float>("tf32", s, u32);
   epilogue_suite(gemm_backend::simt, u32);
   }
+
+  if (only.empty() || std::find(only.begin(), only.end(), "model") != only.end()) model_suite(dev.sm90a, cc);
+  if (recorder) recorder->write();
 
   // bad calls on the device
   {
