@@ -1,6 +1,8 @@
 // The tensor-core model against outputs recorded on the hardware: every output of 300 WMMA
-// tiles per format (fp16, bf16: m16n16k16; tf32: m16n16k8; fp32 accumulator) recorded on an
-// H100 must come out bit for bit. Also the model's errors and its length and format checks.
+// tiles per format (fp16, bf16: m16n16k16; tf32: m16n16k8; fp32 accumulator) and of 100 tiles
+// from precis's device GEMM per instruction (wgmma fp16 and fp8, mma.sync tf32; K two
+// instructions long) recorded on an H100 must come out bit for bit. Also the model's errors
+// and its length and format checks.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -75,10 +77,11 @@ std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 /// the correctly rounded sum), to show the hardware is not an IEEE sum (the recording found
 /// 31-40% of outputs differ).
 template <class Arch, class In>
-void expect_every_output(const std::string& file, double min_non_ieee_fraction) {
+void expect_every_output(const std::string& file, double min_non_ieee_fraction, int tile_count = 300) {
   const auto r = load<In>(file);
   constexpr int instruction_k = tc::block_fma<Arch, In>::k;
-  ASSERT_EQ(r.k, instruction_k);
+  ASSERT_EQ(r.k % instruction_k, 0);
+  ASSERT_EQ(r.tiles, tile_count);
   long mismatches = 0, non_ieee = 0, outputs = 0;
   const std::size_t k = static_cast<std::size_t>(r.k), tiles = static_cast<std::size_t>(r.tiles);
   std::vector<In> col(k);
@@ -104,7 +107,7 @@ void expect_every_output(const std::string& file, double min_non_ieee_fraction) 
       }
   }
   EXPECT_EQ(mismatches, 0) << "of " << outputs << " outputs in " << file;
-  EXPECT_EQ(outputs, 300 * 256);
+  EXPECT_EQ(outputs, tile_count * 256);
   EXPECT_GT(static_cast<double>(non_ieee) / static_cast<double>(outputs), min_non_ieee_fraction)
       << "outputs that differ from the correctly rounded fp32 sum";
 }
@@ -127,7 +130,39 @@ TEST(TensorCoreModel, Sm90Bf16MatchesEveryRecordedH100Output) {
 }
 
 TEST(TensorCoreModel, Sm90Tf32MatchesEveryRecordedH100Output) {
-  expect_every_output<tc::sm90, tf32>("h100_wmma_tf32_16x16x8.bin", 0.3);
+  // WMMA's tf32 m16n16k8 runs as k4 instructions: sm90_wmma
+  expect_every_output<tc::sm90_wmma, tf32>("h100_wmma_tf32_16x16x8.bin", 0.3);
+  expect_every_output<tc::sm90_wmma, half>("h100_wmma_fp16_16x16x16.bin", 0.3);
+}
+
+TEST(TensorCoreModel, Sm90MatchesEveryOutputOfPrecisDeviceGemm) {
+  // two instructions each: wgmma fp16 (k16) and fp8 (k32), mma.sync tf32 (k8), from zero
+  expect_every_output<tc::sm90, half>("h100_wgmma_fp16_16x16x32.bin", 0.3, 100);
+  expect_every_output<tc::sm90, float8_e4m3>("h100_wgmma_e4m3_16x16x64.bin", 0.3, 100);
+  expect_every_output<tc::sm90, float8_e5m2>("h100_wgmma_e5m2_16x16x64.bin", 0.2, 100);
+  expect_every_output<tc::sm90, tf32>("h100_mma_tf32_16x16x16.bin", 0.2, 100);
+}
+
+TEST(TensorCoreModel, Tf32StepsDifferBetweenWmmaAndMma) {
+  // each file disagrees with the other instruction's model: the two are told apart
+  const auto count = [](auto arch, const std::string& file) {
+    using Arch = decltype(arch);
+    const auto r = load<tf32>(file);
+    long bad = 0;
+    const auto k = static_cast<std::size_t>(r.k);
+    std::vector<tf32> col(k);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(r.tiles); ++t)
+      for (std::size_t i = 0; i < 16; ++i)
+        for (std::size_t j = 0; j < 16; ++j) {
+          for (std::size_t p = 0; p < k; ++p) col[p] = r.b[t * k * 16 + p * 16 + j];
+          const float got = tc::inner_product<Arch, tf32>(r.c[t * 256 + i * 16 + j], std::span<const tf32>(r.a.data() + t * 16 * k + i * k, k),
+                                                           std::span<const tf32>(col));
+          bad += bits_of(got) != bits_of(r.d[t * 256 + i * 16 + j]);
+        }
+    return bad;
+  };
+  EXPECT_GT(count(tc::sm90{}, "h100_wmma_tf32_16x16x8.bin"), 1000);
+  EXPECT_GT(count(tc::sm90_wmma{}, "h100_mma_tf32_16x16x16.bin"), 1000);
 }
 
 TEST(TensorCoreModel, AlignsOnceAndTruncates) {
@@ -175,9 +210,11 @@ TEST(TensorCoreModel, LengthsAndSpecialValues) {
     EXPECT_NE(msg.find("K = 16"), std::string::npos) << msg;
   }
   EXPECT_THROW((void)sm90(0.0f, a, b, 16, 32), invalid_argument);
-  // tf32 steps are 4 products: K = 8 is two steps
+  // tf32: K = 8, one step on sm90 (mma, wgmma), two of 4 through WMMA
   const std::vector<tf32> x(8, tf32(1.0f)), y(8, tf32(1.0f));
   EXPECT_EQ(sm90(0.0f, x, y), 8.0f);
+  EXPECT_EQ((tc::inner_product<tc::sm90_wmma, tf32>(0.0f, std::span<const tf32>(x), std::span<const tf32>(y))), 8.0f);
+  static_assert(tc::block_fma<tc::sm90, tf32>::block == 8 && tc::block_fma<tc::sm90_wmma, tf32>::block == 4);
   // IEEE special values
   a[3] = half(INFINITY);
   EXPECT_EQ(sm90(0.0f, a, b), INFINITY);
@@ -278,7 +315,7 @@ TEST(TensorCoreModel, Sm90Fp8KeepsFourteenBits) {
 }
 
 /// The emulated GEMM on the recorded tiles: D = A B + C for the whole tile at once.
-template <class In>
+template <class Arch, class In>
 void expect_gemm_reproduces_tiles(const std::string& file) {
   const auto r = load<In>(file);
   const auto k = static_cast<index_t>(r.k);
@@ -289,16 +326,18 @@ void expect_gemm_reproduces_tiles(const std::string& file) {
     std::copy_n(r.a.data() + t * 16 * static_cast<std::size_t>(k), a.size(), a.data());
     std::copy_n(r.b.data() + t * 16 * static_cast<std::size_t>(k), b.size(), b.data());
     std::copy_n(r.c.data() + t * 256, 256, c.data());
-    gemm<tc::accumulator<tc::sm90, In>>(1.0f, a, b, 1.0f, c);
+    gemm<tc::accumulator<Arch, In>>(1.0f, a, b, 1.0f, c);
     for (std::size_t e = 0; e < 256; ++e) mismatches += bits_of(c.data()[e]) != bits_of(r.d[t * 256 + e]);
   }
   EXPECT_EQ(mismatches, 0) << file;
 }
 
 TEST(TensorCoreGemm, ReproducesEveryRecordedTile) {
-  expect_gemm_reproduces_tiles<half>("h100_wmma_fp16_16x16x16.bin");
-  expect_gemm_reproduces_tiles<bfloat16>("h100_wmma_bf16_16x16x16.bin");
-  expect_gemm_reproduces_tiles<tf32>("h100_wmma_tf32_16x16x8.bin");
+  expect_gemm_reproduces_tiles<tc::sm90, half>("h100_wmma_fp16_16x16x16.bin");
+  expect_gemm_reproduces_tiles<tc::sm90, bfloat16>("h100_wmma_bf16_16x16x16.bin");
+  expect_gemm_reproduces_tiles<tc::sm90_wmma, tf32>("h100_wmma_tf32_16x16x8.bin");
+  expect_gemm_reproduces_tiles<tc::sm90, float8_e4m3>("h100_wgmma_e4m3_16x16x64.bin");
+  expect_gemm_reproduces_tiles<tc::sm90, tf32>("h100_mma_tf32_16x16x16.bin");
 }
 
 TEST(TensorCoreGemm, EntriesAreInnerProductsAndEpilogue) {

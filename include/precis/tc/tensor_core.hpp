@@ -53,6 +53,13 @@ struct sm90 {
   static constexpr std::string_view name = "sm90";
 };
 
+/// Hopper through the WMMA API (nvcuda::wmma). nvcc lowers WMMA's tf32 m16n16k8 to k4
+/// instructions, each a step of 4 products (precis's WMMA recordings on an H100: 0 mismatches
+/// in 76,800 outputs, against 13,629 for one step of 8); fp16 and bf16 are as sm90.
+struct sm90_wmma {
+  static constexpr std::string_view name = "sm90_wmma";
+};
+
 /// The parameters of one block FMA: K, the shortest inner product one instruction computes (a
 /// length must be a multiple of it); Block, the products summed per step with the running
 /// result; AlignBits, how far below the largest alignment exponent terms are truncated;
@@ -96,21 +103,26 @@ struct block_fma<sm80, bfloat16> : block_fma_shape<8, 8, 24, 24, -132> {};
 template <>
 struct block_fma<sm80, tf32> : block_fma_shape<4, 4, 24, 24, -132> {};
 
-// sm90 fp16 and bf16 (WMMA m16n16k16, wgmma k16): one step of all 16 products and c, two
-// extra alignment bits (25), floor 2^-133: fitted to precis's H100 recordings, 0 mismatches,
-// and the published model's parameters. tf32 (m16n16k8): two steps of 4 products, the first
-// with c, the second with the first's result: fitted to precis's recordings (0 mismatches;
-// one step of 8, the published model's choice, which its K = 4 data cannot tell apart, gives
-// 13,629 mismatches in 76,800 there). fp8 e4m3 and e5m2 (wgmma k32): one step of 32 products
-// aligned 13 bits below emax, the result truncated to 14 significant bits: the published
-// model, and the "about 14 bits" that DeepSeek-V3's report (2024, section 3.3) measured for
-// fp8 accumulation on Hopper.
+// sm90 fp16 and bf16 (WMMA m16n16k16, mma.m16n8k16, wgmma k16): one step of all 16 products
+// and c, two extra alignment bits (25), floor 2^-133: fitted to precis's H100 recordings, 0
+// mismatches, and the published model's parameters. tf32 (mma.m16n8k8): one step of 8
+// products, the published model's choice; precis's recordings of mma.sync on an H100 (25,600
+// outputs) match it and no other block size. fp8 e4m3 and e5m2 (wgmma k32): one step of 32
+// products aligned 13 bits below emax, the result truncated to 14 significant bits: the
+// published model, and the "about 14 bits" that DeepSeek-V3's report (2024, section 3.3)
+// measured for fp8 accumulation on Hopper; precis's wgmma recordings on an H100 match it.
 template <>
 struct block_fma<sm90, half> : block_fma_shape<16, 16, 25, 24, -133> {};
 template <>
 struct block_fma<sm90, bfloat16> : block_fma_shape<16, 16, 25, 24, -133> {};
 template <>
-struct block_fma<sm90, tf32> : block_fma_shape<8, 4, 25, 24, -133> {};
+struct block_fma<sm90, tf32> : block_fma_shape<8, 8, 25, 24, -133> {};
+template <>
+struct block_fma<sm90_wmma, half> : block_fma<sm90, half> {};
+template <>
+struct block_fma<sm90_wmma, bfloat16> : block_fma<sm90, bfloat16> {};
+template <>
+struct block_fma<sm90_wmma, tf32> : block_fma_shape<8, 4, 25, 24, -133> {};
 template <>
 struct block_fma<sm90, float8_e4m3> : block_fma_shape<32, 32, 13, 14, -133> {};
 template <>
