@@ -555,10 +555,12 @@ of NVIDIA tensor cores" (ACM TACO 2025, arXiv 2512.07004), the parameters of the
 validated on recorded outputs of each GPU; FHMP, Fasi et al. 2021 (exact products, no guard
 digits, results truncated, subnormal inputs accepted on V100, T4 and A100); DS, the DeepSeek-V3
 technical report (2024, section 3.3: fp8 accumulation on Hopper keeps about 14 bits); precis
-recordings, 300 WMMA tiles per format recorded on an H100 (`tests/data/tensor-core`). The one
-difference, tf32 on sm90, is where precis's recordings (instruction K = 8) decide what KM's
-validation data (K = 4) cannot: two steps of 4 products fit every recorded output, one step of 8
-does not.
+recordings, 300 WMMA tiles per format and 100 tiles per instruction from precis's device GEMM
+(`wgmma` fp16/fp8, `mma.sync` tf32) recorded on an H100 (`tests/data/tensor-core`). The one
+difference is tf32 through WMMA (`sm90_wmma`), where precis's recordings decide what KM's
+validation data (K = 4) cannot: nvcc lowers WMMA's m16n16k8 to k4 instructions, and two steps of
+4 products fit every recorded WMMA output; `mma.sync.m16n8k8` is one step of 8, as KM's model
+says.
 
 {tc_table(data["tensor_core"])}
 

@@ -2,7 +2,8 @@
 //
 //   tc_validate ARCH FORMAT A B C D [--zero-c]
 //
-// ARCH is sm70, sm80 or sm90; FORMAT fp16, bf16, tf32, e4m3 or e5m2 (as the architecture takes
+// ARCH is sm70, sm80, sm90 or sm90_wmma (Hopper through the WMMA API, whose tf32 runs as k4
+// instructions); FORMAT fp16, bf16, tf32, e4m3 or e5m2 (as the architecture takes
 // them). The four text files hold one inner product per line, d = c + sum_k a_k b_k:
 //   A, B  the elements of a and b as fp32 bit patterns in hexadecimal ("3f800000"), separated by
 //         spaces, the same number on every line; each must be a value of FORMAT (tf32 inputs may
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   const bool zero_c = argc == 8 && std::string(argv[7]) == "--zero-c";
   if (argc != 7 && !zero_c) {
     std::fprintf(stderr, "usage: tc_validate ARCH FORMAT A B C D [--zero-c]\n"
-                         "  ARCH FORMAT: sm70 fp16 | sm80 fp16|bf16|tf32 | sm90 fp16|bf16|tf32|e4m3|e5m2\n");
+                         "  ARCH FORMAT: sm70 fp16 | sm80 fp16|bf16|tf32 | sm90 fp16|bf16|tf32|e4m3|e5m2 | sm90_wmma fp16|bf16|tf32\n");
     return 2;
   }
   const std::string arch = argv[1], fmt = argv[2];
@@ -150,10 +151,13 @@ int main(int argc, char** argv) {
                        run_if<tc::sm90, precis::bfloat16>(arch, fmt, "sm90", "bf16", files, zero_c, rc) ||
                        run_if<tc::sm90, precis::tf32>(arch, fmt, "sm90", "tf32", files, zero_c, rc) ||
                        run_if<tc::sm90, precis::float8_e4m3>(arch, fmt, "sm90", "e4m3", files, zero_c, rc) ||
-                       run_if<tc::sm90, precis::float8_e5m2>(arch, fmt, "sm90", "e5m2", files, zero_c, rc);
+                       run_if<tc::sm90, precis::float8_e5m2>(arch, fmt, "sm90", "e5m2", files, zero_c, rc) ||
+                       run_if<tc::sm90_wmma, precis::half>(arch, fmt, "sm90_wmma", "fp16", files, zero_c, rc) ||
+                       run_if<tc::sm90_wmma, precis::bfloat16>(arch, fmt, "sm90_wmma", "bf16", files, zero_c, rc) ||
+                       run_if<tc::sm90_wmma, precis::tf32>(arch, fmt, "sm90_wmma", "tf32", files, zero_c, rc);
     if (!found) {
       std::fprintf(stderr, "tc_validate: no model for %s %s; valid: sm70 fp16 | sm80 fp16|bf16|tf32 | "
-                           "sm90 fp16|bf16|tf32|e4m3|e5m2\n", arch.c_str(), fmt.c_str());
+                           "sm90 fp16|bf16|tf32|e4m3|e5m2 | sm90_wmma fp16|bf16|tf32\n", arch.c_str(), fmt.c_str());
       return 2;
     }
   } catch (const std::exception& e) {

@@ -146,7 +146,8 @@ void BM_tc_features(benchmark::State& state, published pub) {
 // Fasi, Higham, Mikaitis & Pranesh 2021 (V100, T4, A100): exact products, no guard digits,
 // round-down for positive and round-up for negative values (toward zero), subnormal inputs
 // accepted. DS: DeepSeek-V3 technical report (2024), section 3.3: fp8 accumulation on Hopper
-// keeps about 14 bits. precis: 300 WMMA tiles per format recorded on an H100 (tests/data).
+// keeps about 14 bits. precis: 300 WMMA tiles per format recorded on an H100, and 100 tiles per
+// instruction from precis's device GEMM (wgmma, mma.sync) on an H100 (tests/data).
 void register_all() {
   namespace nb = precis::numerics_bench;
   nb::add("tc_features/sm70/fp16", BM_tc_features<tc::sm70, precis::half>,
@@ -162,7 +163,9 @@ void register_all() {
   nb::add("tc_features/sm90/bf16", BM_tc_features<tc::sm90, precis::bfloat16>,
           published{1, 1, 25, 24, 0, 1, 16, "H100: KM; precis recordings"});
   nb::add("tc_features/sm90/tf32", BM_tc_features<tc::sm90, precis::tf32>,
-          published{1, 1, 25, 24, 0, 1, 8, "H100: KM (block 8); precis recordings: block 4"});
+          published{1, 1, 25, 24, 0, 1, 8, "H100: KM; precis recordings (mma.sync)"});
+  nb::add("tc_features/sm90_wmma/tf32", BM_tc_features<tc::sm90_wmma, precis::tf32>,
+          published{1, 1, 25, 24, 0, 1, 8, "H100: KM (block 8); precis recordings (WMMA): block 4"});
   nb::add("tc_features/sm90/fp8_e4m3", BM_tc_features<tc::sm90, precis::float8_e4m3>,
           published{1, 1, 13, 14, 0, 1, 32, "H100: KM; DS (about 14 bits)"});
   nb::add("tc_features/sm90/fp8_e5m2", BM_tc_features<tc::sm90, precis::float8_e5m2>,
