@@ -8,6 +8,10 @@
 // kernel alone where the CPU has AVX512-BF16. precis::gemm runs at the level precis::gemm_isa_in_use()
 // reports (PRECIS_GEMM_ISA=avx2 caps it). Counter GFLOP/s = 2mnk / time.
 // bench/ratios.py --gemm turns the JSON into the table in docs/benchmarks.md.
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -271,8 +275,28 @@ void BM_onednn_bf16(benchmark::State& state) {
 }
 #endif
 
+/// Thread counts to measure: 1 and 2, or the comma-separated list in PRECIS_BENCH_THREADS
+/// (e.g. "1,16" on a 16-core machine).
+std::vector<long> thread_counts() {
+  std::vector<long> t;
+  if (const char* env = std::getenv("PRECIS_BENCH_THREADS")) {
+    for (const char* p = env; *p;) {
+      char* end = nullptr;
+      const long v = std::strtol(p, &end, 10);
+      if (end == p || v < 1 || v > 1024) {
+        std::fprintf(stderr, "PRECIS_BENCH_THREADS=%s: expected thread counts from 1 to 1024, separated by commas\n", env);
+        std::exit(2);
+      }
+      t.push_back(v);
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  if (t.empty()) t = {1, 2};
+  return t;
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
-  for (long t : {1, 2}) {
+  for (long t : thread_counts()) {
     for (long n : {256, 512, 1024, 2048}) b->Args({n, t});
     for (long id : {-1, -2, -3}) b->Args({id, t});
   }
@@ -280,7 +304,7 @@ void sizes(benchmark::internal::Benchmark* b) {
 }
 
 void small_sizes(benchmark::internal::Benchmark* b) {
-  for (long t : {1, 2}) {
+  for (long t : thread_counts()) {
     for (long n : {256, 512}) b->Args({n, t});
     for (long id : {-1, -2, -3}) b->Args({id, t});
   }

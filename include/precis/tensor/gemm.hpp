@@ -43,7 +43,9 @@ namespace precis {
 /// The instruction-set levels of the CPU GEMM's kernels, lowest first. The GEMM uses the
 /// highest level the CPU and the OS support, up to a cap: the environment variable
 /// PRECIS_GEMM_ISA (portable, avx2, avx512 or avx512_bf16) sets it at the first GEMM,
-/// limit_gemm_isa() changes it. The fp32 and fp64 kernels of every level give bit-identical
+/// limit_gemm_isa() changes it. Without the variable the cap is avx512_bf16 on AMD CPUs and
+/// avx512 elsewhere, where the AVX512-BF16 kernel was measured slower than the AVX-512 one on
+/// widened inputs (detail::gemm_isa_default_cap). The fp32 and fp64 kernels of every level give bit-identical
 /// results; avx512_bf16 adds a kernel for bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is
 /// bit-identical to them except that it flushes fp32 denormals to zero
 /// (tensor/gemm/kernel_avx512_bf16.hpp).
@@ -61,9 +63,34 @@ inline const char* to_string(gemm_isa i) noexcept {
 
 namespace detail {
 
+/// Whether the CPU is AMD's (CPUID leaf 0 vendor string "AuthenticAMD").
+inline bool cpu_is_amd() noexcept {
+#if PRECIS_X86_SIMD
+  static const bool amd = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid(0, a, b, c, d);
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
+/// The cap when PRECIS_GEMM_ISA is not set: every level, except that the AVX512-BF16 kernel is
+/// used by default only where it was measured faster than widening bf16 to fp32 for the
+/// AVX-512 kernel. On AMD Zen 5 it is (docs/benchmarks.md); on an Intel Xeon with AMX
+/// (Sapphire Rapids class) vdpbf16ps ran at half the fp32 FMA rate (86 against 175 GFLOP/s on
+/// one core) and the bf16 GEMM at 81 against 150 GFLOP/s for the widening path, so Intel CPUs
+/// widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16) selects the
+/// kernel anyway.
+inline gemm_isa gemm_isa_default_cap() noexcept {
+  return cpu_is_amd() ? gemm_isa::avx512_bf16 : gemm_isa::avx512;
+}
+
 inline gemm_isa gemm_isa_from_env() {
   const char* e = std::getenv("PRECIS_GEMM_ISA");
-  if (e == nullptr) return gemm_isa::avx512_bf16;
+  if (e == nullptr) return gemm_isa_default_cap();
   const std::string v(e);
   for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512, gemm_isa::avx512_bf16}) {
     if (v == to_string(i)) return i;
