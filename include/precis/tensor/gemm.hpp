@@ -80,9 +80,9 @@ inline bool cpu_is_amd() noexcept {
 /// The cap when PRECIS_GEMM_ISA is not set: every level, except that the AVX512-BF16 kernel is
 /// used by default only where it was measured faster than widening bf16 to fp32 for the
 /// AVX-512 kernel. On AMD Zen 5 it is (docs/benchmarks.md); on an Intel Xeon with AMX
-/// (Sapphire Rapids class) vdpbf16ps ran at half the fp32 FMA rate (86 against 175 GFLOP/s on
-/// one core) and the bf16 GEMM at 81 against 150 GFLOP/s for the widening path, so Intel CPUs
-/// widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16) selects the
+/// (family 6 model 207, Emerald Rapids) vdpbf16ps ran at half the fp32 FMA rate (86 against 175
+/// GFLOP/s on one core) and the bf16 GEMM at 81 against 150 GFLOP/s for the widening path, so
+/// other CPUs widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16) selects the
 /// kernel anyway.
 inline gemm_isa gemm_isa_default_cap() noexcept {
   return cpu_is_amd() ? gemm_isa::avx512_bf16 : gemm_isa::avx512;
