@@ -371,15 +371,80 @@ void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta
 
 }  // namespace
 
-/// Raises the GEMM's cap to the AVX512-BF16 kernel for a test's scope: the default cap leaves
-/// it out on CPUs where it is slower than the AVX-512 kernel on widened inputs (Intel).
-struct bf16_kernel_cap {
-  gemm_isa before = limit_gemm_isa(gemm_isa::avx512_bf16);
-  bf16_kernel_cap() = default;
-  bf16_kernel_cap(const bf16_kernel_cap&) = delete;
-  bf16_kernel_cap& operator=(const bf16_kernel_cap&) = delete;
-  ~bf16_kernel_cap() { limit_gemm_isa(before); }
+/// Sets the GEMM's cap to a level for a test's scope (the default cap leaves the AVX512-BF16
+/// kernel out on CPUs where it is slower than the AVX-512 kernel on widened inputs, and an AMX
+/// CPU would use its tiles instead).
+struct isa_cap {
+  gemm_isa before;
+  explicit isa_cap(gemm_isa level) : before(limit_gemm_isa(level)) {}
+  isa_cap(const isa_cap&) = delete;
+  isa_cap& operator=(const isa_cap&) = delete;
+  ~isa_cap() { limit_gemm_isa(before); }
 };
+
+/// The bf16 x bf16 products of the level in use (vdpbf16ps or AMX) against the scalar model of
+/// the instruction, bit for bit: ragged tiles (m, n not multiples of 12 and 32), odd K and odd
+/// K blocks, several K blocks, transposed views, alpha and beta, two threads; magnitudes near
+/// 1, tiny (fp32-denormal products, bf16 denormal inputs, partial sums that flush), and across
+/// the whole range.
+void expect_bf16_dot_model_cases() {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 120, 133);
+        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 0, 72);
+      }
+  }
+  expect_bf16_dot_gemm_matches_model(50, 519, 70, false, false, -0.75f, 0.3f, 2, 110, 140);
+  expect_bf16_dot_gemm_matches_model(50, 519, 70, true, true, 1.25f, -1.0f, 2, 55, 70);
+  expect_bf16_dot_gemm_matches_model(25, 40, 45, false, true, 1.0f, 0.5f, 1, 0, 254);
+  expect_bf16_dot_gemm_matches_model(70, 1000, 100, false, true, 1.0f, 0.0f, 2, 0, 72);
+}
+
+/// The level in use equals the fp32 kernels (the AVX-512 level) bit for bit on entries of
+/// magnitude >= 2^-30 (or 0): every product and partial sum is a multiple of 2^-76, far from
+/// fp32's denormals, so the pair order (k before k + 1) makes each lane the fp32 kernels' chain.
+void expect_bf16_dot_identical_to_fp32_kernels() {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {130, 785, 97}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor<bfloat16> a_store(ta ? Shape{k, m} : Shape{m, k}), b_store(tb ? Shape{n, k} : Shape{k, n});
+        fill_log_uniform(a_store, -30, 3, static_cast<std::uint64_t>(m + k), true);
+        fill_log_uniform(b_store, -30, 3, static_cast<std::uint64_t>(n + k), true);
+        const auto a = ta ? a_store.transpose() : a_store.view();
+        const auto b = tb ? b_store.transpose() : b_store.view();
+        const auto c0 = random_tensor<float>({m, n}, -1, 1, 9);
+        auto c_dot = c0, c_fma = c0;
+        gemm<float>(0.5f, a, b, 0.25f, c_dot, 2);
+        const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+        gemm<float>(0.5f, a, b, 0.25f, c_fma, 2);
+        limit_gemm_isa(before);
+        for (index_t i = 0; i < c_dot.size(); ++i)
+          ASSERT_EQ(std::memcmp(c_dot.data() + i, c_fma.data() + i, sizeof(float)), 0)
+              << "entry " << i << " of " << m << "x" << k << "x" << n << ": " << c_dot.data()[i] << " vs "
+              << c_fma.data()[i];
+      }
+  }
+}
+
+/// The level in use flushes a product that is an fp32 denormal (2^-64 * 2^-64 = 2^-128) to zero
+/// and reads a bf16 denormal input (2^-130) as zero, where the fp32 kernels keep both.
+void expect_bf16_dot_flushes_denormals() {
+  for (auto [x, y, exact] : {std::tuple{-64, -64, -128}, {-130, 100, -30}}) {
+    Tensor<bfloat16> a({1, 1}), b({1, 1});
+    a(0, 0) = bfloat16(std::ldexp(1.0f, x));
+    b(0, 0) = bfloat16(std::ldexp(1.0f, y));
+    Tensor<float> c_dot({1, 1}), c_fma({1, 1});
+    gemm<float>(1.0f, a, b, 0.0f, c_dot, 1);
+    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+    gemm<float>(1.0f, a, b, 0.0f, c_fma, 1);
+    limit_gemm_isa(before);
+    EXPECT_EQ(c_dot(0, 0), 0.0f) << "2^" << x << " * 2^" << y;
+    EXPECT_EQ(c_fma(0, 0), std::ldexp(1.0f, exact)) << "2^" << x << " * 2^" << y;
+    // within the documented bound: gamma_K |A||B| + K 2^-126 (1 + max |b|)
+    EXPECT_LE(std::ldexp(1.0, exact), std::ldexp(1.0, -126) * (1 + std::ldexp(1.0, y)));
+  }
+}
 
 TEST(GemmBf16Dot, TheInstructionMatchesItsScalarModel) {
   if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
@@ -419,70 +484,44 @@ TEST(GemmBf16Dot, TheInstructionMatchesItsScalarModel) {
 
 TEST(GemmBf16Dot, TheGemmComputesTheModelBitForBit) {
   if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
-  const bf16_kernel_cap cap;
+  const isa_cap cap(gemm_isa::avx512_bf16);
   ASSERT_EQ(gemm_isa_in_use(), gemm_isa::avx512_bf16);
-  // ragged tiles (m, n not multiples of 12 and 32), odd K and odd K blocks, several K blocks,
-  // transposed views, alpha and beta, two threads; magnitudes near 1, tiny (fp32-denormal
-  // products, bf16 denormal inputs, partial sums that flush), and across the whole range
-  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}}) {
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 120, 133);
-        expect_bf16_dot_gemm_matches_model(m, k, n, ta, tb, 1.0f, 0.0f, 1, 0, 72);
-      }
-  }
-  expect_bf16_dot_gemm_matches_model(50, 519, 70, false, false, -0.75f, 0.3f, 2, 110, 140);
-  expect_bf16_dot_gemm_matches_model(50, 519, 70, true, true, 1.25f, -1.0f, 2, 55, 70);
-  expect_bf16_dot_gemm_matches_model(25, 40, 45, false, true, 1.0f, 0.5f, 1, 0, 254);
+  expect_bf16_dot_model_cases();
 }
 
 TEST(GemmBf16Dot, BitIdenticalToTheFp32KernelsWithoutDenormals) {
   if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
-  const bf16_kernel_cap cap;
-  // entries of magnitude >= 2^-30 (or 0): every product and partial sum is a multiple of 2^-76,
-  // far from fp32's denormals, so the pair order (k before k + 1) makes each lane the fp32
-  // kernels' fma chain
-  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {130, 785, 97}}) {
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        Tensor<bfloat16> a_store(ta ? Shape{k, m} : Shape{m, k}), b_store(tb ? Shape{n, k} : Shape{k, n});
-        fill_log_uniform(a_store, -30, 3, static_cast<std::uint64_t>(m + k), true);
-        fill_log_uniform(b_store, -30, 3, static_cast<std::uint64_t>(n + k), true);
-        const auto a = ta ? a_store.transpose() : a_store.view();
-        const auto b = tb ? b_store.transpose() : b_store.view();
-        const auto c0 = random_tensor<float>({m, n}, -1, 1, 9);
-        auto c_dot = c0, c_fma = c0;
-        gemm<float>(0.5f, a, b, 0.25f, c_dot, 2);
-        const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
-        gemm<float>(0.5f, a, b, 0.25f, c_fma, 2);
-        limit_gemm_isa(before);
-        for (index_t i = 0; i < c_dot.size(); ++i)
-          ASSERT_EQ(std::memcmp(c_dot.data() + i, c_fma.data() + i, sizeof(float)), 0)
-              << "entry " << i << " of " << m << "x" << k << "x" << n << ": " << c_dot.data()[i] << " vs "
-              << c_fma.data()[i];
-      }
-  }
+  const isa_cap cap(gemm_isa::avx512_bf16);
+  expect_bf16_dot_identical_to_fp32_kernels();
 }
 
 TEST(GemmBf16Dot, FlushesTheDenormalsTheFp32KernelsKeep) {
   if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
-  const bf16_kernel_cap cap;
-  // a product that is an fp32 denormal (2^-64 * 2^-64 = 2^-128) is flushed to zero; a bf16
-  // denormal input (2^-130) is read as zero, whatever it is multiplied by
-  for (auto [x, y, exact] : {std::tuple{-64, -64, -128}, {-130, 100, -30}}) {
-    Tensor<bfloat16> a({1, 1}), b({1, 1});
-    a(0, 0) = bfloat16(std::ldexp(1.0f, x));
-    b(0, 0) = bfloat16(std::ldexp(1.0f, y));
-    Tensor<float> c_dot({1, 1}), c_fma({1, 1});
-    gemm<float>(1.0f, a, b, 0.0f, c_dot, 1);
-    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
-    gemm<float>(1.0f, a, b, 0.0f, c_fma, 1);
-    limit_gemm_isa(before);
-    EXPECT_EQ(c_dot(0, 0), 0.0f) << "2^" << x << " * 2^" << y;
-    EXPECT_EQ(c_fma(0, 0), std::ldexp(1.0f, exact)) << "2^" << x << " * 2^" << y;
-    // within the documented bound: gamma_K |A||B| + K 2^-126 (1 + max |b|)
-    EXPECT_LE(std::ldexp(1.0, exact), std::ldexp(1.0, -126) * (1 + std::ldexp(1.0, y)));
-  }
+  const isa_cap cap(gemm_isa::avx512_bf16);
+  expect_bf16_dot_flushes_denormals();
+}
+
+// The AMX kernel: the same arithmetic as vdpbf16ps's, in the same k order (its pairs hold
+// element k in the low half, which tdpbf16ps takes first), so the same three checks.
+constexpr const char* no_amx = "AMX-BF16 is not available on this CPU (or OS, or the process was refused the tile data)";
+
+TEST(GemmAmx, TheGemmComputesTheModelBitForBit) {
+  if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
+  const isa_cap cap(gemm_isa::amx_bf16);
+  ASSERT_EQ(gemm_isa_in_use(), gemm_isa::amx_bf16);
+  expect_bf16_dot_model_cases();
+}
+
+TEST(GemmAmx, BitIdenticalToTheFp32KernelsWithoutDenormals) {
+  if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
+  const isa_cap cap(gemm_isa::amx_bf16);
+  expect_bf16_dot_identical_to_fp32_kernels();
+}
+
+TEST(GemmAmx, FlushesTheDenormalsTheFp32KernelsKeep) {
+  if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
+  const isa_cap cap(gemm_isa::amx_bf16);
+  expect_bf16_dot_flushes_denormals();
 }
 
 TEST(GemmKernels, LimitAndReportTheInstructionSetLevel) {
@@ -491,7 +530,7 @@ TEST(GemmKernels, LimitAndReportTheInstructionSetLevel) {
   EXPECT_EQ(gemm_isa_in_use(), gemm_isa::portable);
   // the portable kernel still computes within the bound
   run_case<float, float>(13, 40, 9, false, true, 1.0, 0.0, 1);
-  limit_gemm_isa(gemm_isa::avx512_bf16);
+  limit_gemm_isa(gemm_isa::amx_bf16);
   EXPECT_EQ(gemm_isa_in_use(), available);  // a cap above the CPU's level gives the CPU's level
   limit_gemm_isa(before);
   EXPECT_STREQ(to_string(gemm_isa::avx2), "avx2");

@@ -111,7 +111,7 @@ class cpu {
   /// max_isa caps the GEMM's instruction-set level (a policy's reproducible_gemm asks for the
   /// kernels whose sums are the same on every level).
   /// fp8: the scaling state of an fp8 policy's tape (or of an eager call), null otherwise.
-  cpu(Arena& temp, Arena& keep, bool saving, gemm_isa max_isa = gemm_isa::avx512_bf16,
+  cpu(Arena& temp, Arena& keep, bool saving, gemm_isa max_isa = gemm_isa::amx_bf16,
       fp8::scaling_state* fp8 = nullptr) noexcept
       : temp_(&temp), keep_(&keep), saving_(saving), max_isa_(max_isa), fp8_(fp8) {}
 
@@ -286,11 +286,11 @@ auto plain_view(const V& v) {
 }
 
 /// The GEMM level policy P allows: all of them, or with P::reproducible_gemm only those whose
-/// sums are bit-identical across levels (no vdpbf16ps, which flushes denormals).
+/// sums are bit-identical across levels (no vdpbf16ps or AMX, which flush denormals).
 template <class P>
 constexpr gemm_isa gemm_isa_for() {
   if constexpr (requires { requires P::reproducible_gemm; }) return gemm_isa::avx512;
-  return gemm_isa::avx512_bf16;
+  return gemm_isa::amx_bf16;
 }
 
 /// The tape's fp8 scaling state under an fp8 policy, null otherwise.

@@ -33,6 +33,7 @@
 #include "precis/tensor/gemm/kernel_avx2.hpp"
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
+#include "precis/tensor/gemm/kernel_amx_bf16.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -42,14 +43,15 @@ namespace precis {
 
 /// The instruction-set levels of the CPU GEMM's kernels, lowest first. The GEMM uses the
 /// highest level the CPU and the OS support, up to a cap: the environment variable
-/// PRECIS_GEMM_ISA (portable, avx2, avx512 or avx512_bf16) sets it at the first GEMM,
-/// limit_gemm_isa() changes it. Without the variable the cap is avx512_bf16 on AMD CPUs and
-/// avx512 elsewhere, where the AVX512-BF16 kernel was measured slower than the AVX-512 one on
-/// widened inputs (detail::gemm_isa_default_cap). The fp32 and fp64 kernels of every level give bit-identical
+/// PRECIS_GEMM_ISA (portable, avx2, avx512, avx512_bf16 or amx_bf16) sets it at the first GEMM,
+/// limit_gemm_isa() changes it. Without the variable the cap is amx_bf16 where the CPU has AMX,
+/// avx512_bf16 on AMD CPUs and avx512 elsewhere, where the AVX512-BF16 kernel was measured
+/// slower than the AVX-512 one on widened inputs (detail::gemm_isa_default_cap). The fp32 and fp64 kernels of every level give bit-identical
 /// results; avx512_bf16 adds a kernel for bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is
 /// bit-identical to them except that it flushes fp32 denormals to zero
-/// (tensor/gemm/kernel_avx512_bf16.hpp).
-enum class gemm_isa { portable, avx2, avx512, avx512_bf16 };
+/// (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, with the
+/// same arithmetic (tensor/gemm/kernel_amx_bf16.hpp).
+enum class gemm_isa { portable, avx2, avx512, avx512_bf16, amx_bf16 };
 
 inline const char* to_string(gemm_isa i) noexcept {
   switch (i) {
@@ -57,6 +59,7 @@ inline const char* to_string(gemm_isa i) noexcept {
     case gemm_isa::avx2: return "avx2";
     case gemm_isa::avx512: return "avx512";
     case gemm_isa::avx512_bf16: return "avx512_bf16";
+    case gemm_isa::amx_bf16: return "amx_bf16";
   }
   return "?";
 }
@@ -85,6 +88,9 @@ inline bool cpu_is_amd() noexcept {
 /// other CPUs widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16) selects the
 /// kernel anyway.
 inline gemm_isa gemm_isa_default_cap() noexcept {
+#if PRECIS_X86_SIMD
+  if (cpu_has_amx_bf16()) return gemm_isa::amx_bf16;
+#endif
   return cpu_is_amd() ? gemm_isa::avx512_bf16 : gemm_isa::avx512;
 }
 
@@ -92,11 +98,11 @@ inline gemm_isa gemm_isa_from_env() {
   const char* e = std::getenv("PRECIS_GEMM_ISA");
   if (e == nullptr) return gemm_isa_default_cap();
   const std::string v(e);
-  for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512, gemm_isa::avx512_bf16}) {
+  for (auto i : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512, gemm_isa::avx512_bf16, gemm_isa::amx_bf16}) {
     if (v == to_string(i)) return i;
   }
   throw invalid_argument("precis::gemm: PRECIS_GEMM_ISA=\"" + v +
-                         "\"; expected portable, avx2, avx512 or avx512_bf16");
+                         "\"; expected portable, avx2, avx512, avx512_bf16 or amx_bf16");
 }
 
 inline std::atomic<int>& gemm_isa_cap() {
@@ -109,6 +115,7 @@ inline std::atomic<int>& gemm_isa_cap() {
 /// The highest level this CPU (and its OS) supports.
 inline gemm_isa gemm_isa_available() noexcept {
 #if PRECIS_X86_SIMD
+  if (detail::cpu_has_amx_bf16()) return gemm_isa::amx_bf16;
   if (detail::cpu_has_avx512_bf16()) return gemm_isa::avx512_bf16;
   if (detail::cpu_has_avx512f()) return gemm_isa::avx512;
   if (detail::cpu_has_avx2_fma()) return gemm_isa::avx2;
@@ -321,11 +328,13 @@ void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t
 }
 
 /// A register-tile kernel over packed panels whose elements are P (Acc itself, or for the
-/// AVX512-BF16 kernel dwords holding a pair of bf16 values along k), and its blocking.
+/// AVX512-BF16 and AMX kernels dwords holding a pair of bf16 values along k), and its blocking;
+/// amx: the AMX kernel's panels (pairs in k order, each row padded to 16 pairs).
 template <class Acc, class P>
 struct gemm_kernel {
   void (*tile)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc);
   gemm_blocking bl;
+  bool amx = false;
 };
 
 template <class Acc>
@@ -359,7 +368,8 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
                  index_t rsa, index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c, index_t rsc,
                  index_t csc, int threads) {
   constexpr bool pairs = !std::is_same_v<Acc, P>;  // bf16 pairs: one kernel step per two k
-  const auto depth = [](index_t kc) { return pairs ? (kc + 1) / 2 : kc; };
+  const bool amx = kern.amx;                        // pairs padded to whole tiles of 16
+  const auto depth = [amx](index_t kc) { return pairs ? (amx ? ((kc + 1) / 2 + 15) / 16 * 16 : (kc + 1) / 2) : kc; };
   const gemm_blocking bl = kern.bl;
   // Splitting the rows, each thread owns a contiguous range of whole mr-row panels (balanced to
   // one panel), cut into blocks of at most bl.mc rows: no thread idles on a leftover block.
@@ -404,7 +414,10 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         const index_t j_begin = split_n ? p0 * bl.nr : 0, j_end = split_n ? std::min(nc, p1 * bl.nr) : nc;
         const index_t pb0 = split_n ? 0 : p0, pb1 = split_n ? p1 - p0 : p1;
         if constexpr (pairs) {
-          pack_b_bf16_pairs(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
+#if PRECIS_X86_SIMD
+          if (amx) pack_b_amx(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
+          else pack_b_bf16_pairs(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
+#endif
         } else {
           pack_b<Acc>(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1, row);
         }
@@ -416,7 +429,10 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         for (index_t ic = r0; ic < r1; ic += mc) {
           const index_t mcb = std::min(mc, r1 - ic);
           if constexpr (pairs) {
-            pack_a_bf16_pairs(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap);
+#if PRECIS_X86_SIMD
+            if (amx) pack_a_amx(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap);
+            else pack_a_bf16_pairs(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap);
+#endif
           } else {
             pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
           }
@@ -451,7 +467,7 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
 template <class Acc, class SA, class SB>
 void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t rsa,
                   index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c,
-                  index_t rsc, index_t csc, int threads, gemm_isa max_isa = gemm_isa::avx512_bf16) {
+                  index_t rsc, index_t csc, int threads, gemm_isa max_isa = gemm_isa::amx_bf16) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // C = beta * C, with beta == 0 writing zeros over whatever C held
     for (index_t i = 0; i < m; ++i)
@@ -465,6 +481,12 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<Acc, float> && std::is_same_v<remove_cv_t<SA>, bfloat16> &&
                 std::is_same_v<remove_cv_t<SB>, bfloat16>) {
+    if (isa >= gemm_isa::amx_bf16) {
+      // 32 x 32 blocks of C; the fp32 kernels' K blocks (kc = 256), so the same sums
+      const gemm_kernel<float, std::uint32_t> kern{&amx_bf16_tile_kernel, {32, 32, 256, 256, 3072}, true};
+      gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
+      return;
+    }
     if (isa >= gemm_isa::avx512_bf16) {
       const gemm_kernel<float, std::uint32_t> kern{&avx512_bf16_tile_kernel, blocking_avx512<float>()};
       gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);

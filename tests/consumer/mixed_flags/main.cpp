@@ -33,7 +33,8 @@ int main() {
   const int shapes[][3] = {{37, 300, 21}, {128, 784, 256}, {5, 3, 7}};
   bool ok = true;
   int levels = 0;
-  for (auto isa : {precis::gemm_isa::portable, precis::gemm_isa::avx2, precis::gemm_isa::avx512, precis::gemm_isa::avx512_bf16}) {
+  for (auto isa : {precis::gemm_isa::portable, precis::gemm_isa::avx2, precis::gemm_isa::avx512, precis::gemm_isa::avx512_bf16,
+                   precis::gemm_isa::amx_bf16}) {
     if (isa > precis::gemm_isa_available()) break;
     precis::limit_gemm_isa(isa);
     ++levels;

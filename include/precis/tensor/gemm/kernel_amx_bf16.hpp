@@ -1,0 +1,174 @@
+// AMX-BF16 tile kernel for the blocked GEMM of bfloat16 inputs into fp32: a 32 x 32 block of C
+// held in four 16 x 16 fp32 tile registers, fed by tdpbf16ps, which multiplies a 16 x 32 bf16
+// tile of A by a 32 x 16 tile of B (stored as 16 rows of 16 pairs along k) and adds into C.
+//
+// What tdpbf16ps computes (Intel SDM, TDPBF16PS), for each C element and each pair (k, k + 1)
+// of the 32 k it covers, in order of k:
+//     c = ftz(fma(daz(a[k]), daz(b[k]), daz(c)))        the low (even) halves first,
+//     c = ftz(fma(daz(a[k+1]), daz(b[k+1]), c))         then the high (odd) halves,
+// each an fp32 fused multiply-add rounded to nearest even, with denormal inputs read as zero
+// and denormal results flushed, whatever MXCSR says. The packing below puts element k of each
+// pair in the low half, so each C element is the fp32 kernels' chain of fused multiply-adds in
+// the same k order over the same K blocks (kc = 256): bit-identical to them whenever no input,
+// product or partial sum is an fp32 denormal, as the AVX512-BF16 kernel is
+// (kernel_avx512_bf16.hpp, which states the bound where one is). An odd K block's last pair is
+// completed with +0 * +0, as in that kernel; beyond it K is padded to a multiple of 32 with -0
+// in A and +0 in B, and each padded step adds -0, which leaves every partial sum unchanged, the
+// sign of a zero included.
+//
+// The tiles need the OS's permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), asked
+// once per process by cpu_has_amx_bf16) and a tile configuration per thread, loaded at every
+// call, since other code in the process (a oneDNN kernel, say) may configure or release the
+// tiles between calls.
+#pragma once
+
+#include "precis/config.hpp"
+
+#if PRECIS_X86_SIMD
+
+#include <algorithm>
+#include <cpuid.h>
+#include <cstdint>
+#include <cstring>
+#include <immintrin.h>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "precis/format/bfloat16.hpp"
+#include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
+
+#define PRECIS_TARGET_AMX_BF16 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16,avx2,f16c,fma")))
+
+namespace precis::detail {
+
+/// AMX-BF16 usable: AVX512-BF16 usable (its conversions and epilogue), CPUID.(EAX=7, ECX=0):EDX
+/// bits 22 (AMX-BF16) and 24 (AMX-TILE), the OS saving tile state (XCR0 bits 17 and 18), and,
+/// on Linux, the permission to use the tile data granted to this process.
+inline bool cpu_has_amx_bf16() noexcept {
+  static const bool ok = [] {
+    if (!cpu_has_avx512_bf16()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (((d >> 22) & 1u) == 0 || ((d >> 24) & 1u) == 0) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+/// Packs rows [0, mc) x cols [0, kc) of bf16 A (row stride rs, column stride cs) into mr-row
+/// panels, each row kp16 pair dwords long (kp16: ceil(kc / 2) rounded up to 16) with element k
+/// in the low half: row-major bf16 along k, the layout a tile of A loads. An odd kc's last pair
+/// is completed with +0, as the AVX512-BF16 kernel's is; the pairs past it hold -0, whose
+/// products (-0) leave every partial sum as it is, the sign of a zero included. Rows past mc
+/// hold +0.
+inline void pack_a_amx(const bfloat16* a_, index_t rs, index_t cs, index_t mc, index_t kc, index_t mr,
+                       std::uint32_t* dst) {
+  const std::uint16_t* a = bf16_bits(a_);
+  const index_t kp16 = ((kc + 1) / 2 + 15) / 16 * 16;
+  for (index_t r = 0; r < (mc + mr - 1) / mr * mr; ++r) {
+    std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst + r * kp16);
+    index_t k = 0;
+    if (r < mc) {
+      const std::uint16_t* x = a + r * rs;
+      if (cs == 1) {
+        std::memcpy(out, x, static_cast<std::size_t>(kc) * sizeof(std::uint16_t));
+        k = kc;
+      } else {
+        for (; k < kc; ++k) out[k] = x[k * cs];
+      }
+    }
+    if (k % 2 == 1) out[k++] = 0;
+    std::fill(out + k, out + 2 * kp16, r < mc ? std::uint16_t{0x8000} : std::uint16_t{0});
+  }
+}
+
+/// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of kp16 x nr pair dwords
+/// (row-major by pair, element k in the low half), zero-padded; panels [p0, p1) only.
+PRECIS_TARGET_AVX512_BF16 inline void pack_b_amx(const bfloat16* b_, index_t rs, index_t cs, index_t kc, index_t nc,
+                                                  index_t nr, std::uint32_t* dst, index_t p0, index_t p1) {
+  const std::uint16_t* b = bf16_bits(b_);
+  const index_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16, even = kc / 2;
+  for (index_t pj = p0; pj < p1; ++pj) {
+    const index_t j0 = pj * nr;
+    const index_t cols = std::min(nr, nc - j0);
+    std::uint32_t* panel = dst + j0 * kp16;
+    for (index_t q = 0; q < kp16; ++q) {
+      std::uint32_t* out = panel + q * nr;
+      index_t c = 0;
+      if (q < kp) {
+        const std::uint16_t* r0 = b + 2 * q * rs + j0 * cs;
+        const std::uint16_t* r1 = r0 + rs;
+        const bool pair = q < even;
+        if (cs == 1) {
+          // dense rows: 16 columns at a time, the second row shifted high (masked forms: see
+          // all16 in convert_x86.hpp)
+          for (; c + 16 <= cols; c += 16) {
+            const __m512i lo = _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c)));
+            const __m512i hi =
+                pair ? _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c))), 16)
+                     : _mm512_setzero_si512();
+            _mm512_storeu_si512(out + c, _mm512_or_si512(lo, hi));
+          }
+        }
+        for (; c < cols; ++c) out[c] = bf16_pair(pair ? r1[c * cs] : std::uint16_t{0}, r0[c * cs]);
+      }
+      for (; c < nr; ++c) out[c] = 0;
+    }
+  }
+}
+
+/// The tile configuration: palette 1; tiles 0-3 the 16 x 16 fp32 blocks of C, 4-5 A's two
+/// 16-row halves (16 x 64 bytes), 6-7 B's two 16-column halves (16 pair rows x 64 bytes).
+struct alignas(64) amx_tile_config {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) over d pair rows (a multiple of 16);
+/// A_panel is 32 rows of d pair dwords, B_panel d x 32 pair dwords, both zero-padded to the
+/// full tile. beta == 0 does not read C.
+PRECIS_TARGET_AMX_BF16 inline void amx_bf16_tile_kernel(index_t d, const std::uint32_t* __restrict a,
+                                                         const std::uint32_t* __restrict b, float* c, index_t rs_c,
+                                                         index_t cs_c, index_t mr, index_t nr, float alpha, float beta) {
+  static const amx_tile_config config{};
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const auto stride_a = static_cast<long>(d * 4);
+  for (index_t s = 0; s < d; s += 16) {
+    _tile_loadd(4, a + s, stride_a);
+    _tile_loadd(5, a + 16 * d + s, stride_a);
+    _tile_loadd(6, b + s * 32, 128);
+    _tile_loadd(7, b + s * 32 + 16, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float ab[32 * 32];
+  _tile_stored(0, ab, 128);
+  _tile_stored(1, ab + 16, 128);
+  _tile_stored(2, ab + 16 * 32, 128);
+  _tile_stored(3, ab + 16 * 32 + 16, 128);
+  tile_epilogue(ab, index_t{32}, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+}  // namespace precis::detail
+
+#endif  // PRECIS_X86_SIMD
