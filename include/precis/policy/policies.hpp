@@ -89,8 +89,9 @@ struct basic_policy {
   static constexpr bool per_tensor_scaling = false;
   static constexpr bool is_strict = false;
   /// Whether GEMMs must give the same bits on every CPU: true keeps them on the kernels that sum
-  /// in IEEE fp32 with gradual underflow, false (the default) also allows the AVX512-BF16 one,
-  /// which flushes fp32 denormals to zero (tensor/gemm/kernel_avx512_bf16.hpp).
+  /// in IEEE fp32 with gradual underflow, false (the default) also allows the AVX512-BF16 and
+  /// AMX ones, which flush fp32 denormals to zero, AMX also summing in its own order
+  /// (tensor/gemm/kernel_avx512_bf16.hpp, kernel_amx_bf16.hpp).
   static constexpr bool reproducible_gemm = false;
   /// The classification this policy uses; hide it in a derived policy to reclassify ops.
   template <class Op>

@@ -49,8 +49,9 @@ namespace precis {
 /// slower than the AVX-512 one on widened inputs (detail::gemm_isa_default_cap). The fp32 and fp64 kernels of every level give bit-identical
 /// results; avx512_bf16 adds a kernel for bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is
 /// bit-identical to them except that it flushes fp32 denormals to zero
-/// (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, with the
-/// same arithmetic (tensor/gemm/kernel_amx_bf16.hpp).
+/// (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, whose sums
+/// differ from the fp32 kernels' in the last bits (two chains per 32 k; within the same bound;
+/// tensor/gemm/kernel_amx_bf16.hpp).
 enum class gemm_isa { portable, avx2, avx512, avx512_bf16, amx_bf16 };
 
 inline const char* to_string(gemm_isa i) noexcept {

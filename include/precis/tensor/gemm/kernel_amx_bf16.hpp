@@ -2,19 +2,26 @@
 // held in four 16 x 16 fp32 tile registers, fed by tdpbf16ps, which multiplies a 16 x 32 bf16
 // tile of A by a 32 x 16 tile of B (stored as 16 rows of 16 pairs along k) and adds into C.
 //
-// What tdpbf16ps computes (Intel SDM, TDPBF16PS), for each C element and each pair (k, k + 1)
-// of the 32 k it covers, in order of k:
-//     c = ftz(fma(daz(a[k]), daz(b[k]), daz(c)))        the low (even) halves first,
-//     c = ftz(fma(daz(a[k+1]), daz(b[k+1]), c))         then the high (odd) halves,
-// each an fp32 fused multiply-add rounded to nearest even, with denormal inputs read as zero
-// and denormal results flushed, whatever MXCSR says. The packing below puts element k of each
-// pair in the low half, so each C element is the fp32 kernels' chain of fused multiply-adds in
-// the same k order over the same K blocks (kc = 256): bit-identical to them whenever no input,
-// product or partial sum is an fp32 denormal, as the AVX512-BF16 kernel is
-// (kernel_avx512_bf16.hpp, which states the bound where one is). An odd K block's last pair is
-// completed with +0 * +0, as in that kernel; beyond it K is padded to a multiple of 32 with -0
-// in A and +0 in B, and each padded step adds -0, which leaves every partial sum unchanged, the
-// sign of a zero included.
+// What tdpbf16ps computes for each C element c, measured bit for bit on an Intel Xeon
+// (Emerald Rapids; tests/data/amx, 32,768 outputs, and the GEMM against a scalar model of it in
+// tests/tensor/gemm_test.cpp): not one chain of fused multiply-adds, but, per instruction of
+// 32 k, two chains from zero, one over the even k and one over the odd k,
+//     e = ftz(fma(daz(a[k]), daz(b[k]), e))     k = 0, 2, 4, ... 30
+//     o = ftz(fma(daz(a[k]), daz(b[k]), o))     k = 1, 3, 5, ... 31
+// (each product exact in fp32 unless it underflows, each step rounded to nearest even), and then
+//     c = ftz(c + ftz(e + o)),
+// with denormal inputs read as zero (daz) and denormal results flushed (ftz), whatever MXCSR
+// says. Every other model tried (one chain in k order as vdpbf16ps computes it, either order
+// within a pair, pair sums rounded once, c in either chain, sums aligned and truncated) misses
+// between 2% and 98% of the outputs of one recorded set or another. So this kernel's sums differ from the fp32 kernels' (and the
+// AVX512-BF16 kernel's) in the last bits; they are no less accurate: per instruction the depth
+// is 16 + 2 additions instead of 32, within the fp32 bound gamma_{K+2} |A||B| (tested).
+// reproducible<P> policies keep to the fp32 kernels.
+//
+// K is cut into the fp32 kernels' blocks (kc = 256). Within a block an odd kc's last pair is
+// completed with +0 * +0, as in the AVX512-BF16 kernel; beyond it K is padded to a multiple of
+// 32 with -0 in A and +0 in B, and each padded product (-0) leaves its chain unchanged, the sign
+// of a zero included.
 //
 // The tiles need the OS's permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), asked
 // once per process by cpu_has_amx_bf16) and a tile configuration per thread, loaded at every
