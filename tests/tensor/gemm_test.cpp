@@ -551,7 +551,8 @@ TEST(GemmAmx, WithinTheFp32AccumulationBound) {
           ref += x;
           mag += std::fabs(x);
         }
-        ASSERT_LE(std::fabs(static_cast<double>(c(i, j)) - ref), g * mag) << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n;
+        ASSERT_LE(std::fabs(static_cast<double>(c(i, j)) - ref), g * mag)
+            << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n;
       }
   }
 }
@@ -584,6 +585,43 @@ TEST(GemmAmx, TheModelMatchesEveryRecordedOutput) {
   EXPECT_EQ(mismatches, 0) << "of " << outputs;
   // and the recordings tell the two arithmetics apart: the fp32 chain misses many
   EXPECT_GT(off_chain, outputs / 10) << "outputs off the vdpbf16ps / fp32-kernel chain";
+}
+
+TEST(GemmAmx, PacksPairsInKOrder) {
+  // the packing needs AVX512-BF16 only, so it is checked beyond AMX machines: A rows of k-ordered
+  // bf16 (an odd K completed with +0, then -0 to 16 pairs), B rows of pairs (k low, k + 1 high)
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+#if PRECIS_X86_SIMD
+  const index_t m = 5, k = 7, n = 40, mr = 32, nr = 32, kp16 = 16;
+  Tensor<bfloat16> a({m, k}), b({k, n}), bt({n, k});
+  for (index_t i = 0; i < a.size(); ++i) a.data()[i] = bfloat16(static_cast<float>(i + 1));
+  for (index_t i = 0; i < b.size(); ++i) b.data()[i] = bfloat16(static_cast<float>(i + 1));
+  for (index_t i = 0; i < n; ++i)
+    for (index_t p = 0; p < k; ++p) bt(i, p) = b(p, i);
+  std::vector<std::uint32_t> ap(static_cast<std::size_t>(mr * kp16), 0xdeadbeefu);
+  detail::pack_a_amx(a.data(), k, 1, m, k, mr, ap.data());
+  const auto half16 = [](std::uint32_t d, int hi) { return static_cast<std::uint16_t>(hi ? d >> 16 : d & 0xffffu); };
+  for (index_t r = 0; r < mr; ++r)
+    for (index_t e = 0; e < 2 * kp16; ++e) {
+      const std::uint16_t got = half16(ap[static_cast<std::size_t>(r * kp16 + e / 2)], static_cast<int>(e % 2));
+      const std::uint16_t want = r >= m ? 0 : e < k ? std::bit_cast<std::uint16_t>(a(r, e)) : e == k ? 0 : 0x8000;
+      ASSERT_EQ(got, want) << "A row " << r << ", k " << e;
+    }
+  for (bool transposed : {false, true}) {
+    std::vector<std::uint32_t> bp(static_cast<std::size_t>(2 * nr * kp16), 0xdeadbeefu);
+    if (transposed) detail::pack_b_amx(bt.data(), 1, k, k, n, nr, bp.data(), 0, 2);
+    else detail::pack_b_amx(b.data(), n, 1, k, n, nr, bp.data(), 0, 2);
+    for (index_t j = 0; j < 2 * nr; ++j)
+      for (index_t q = 0; q < kp16; ++q) {
+        const std::uint32_t d = bp[static_cast<std::size_t>((j / nr) * nr * kp16 + q * nr + j % nr)];
+        for (int hi = 0; hi < 2; ++hi) {
+          const index_t p = 2 * q + hi;
+          const std::uint16_t want = j < n && p < k ? std::bit_cast<std::uint16_t>(b(p, j)) : 0;
+          ASSERT_EQ(half16(d, hi), want) << (transposed ? "B^T" : "B") << " column " << j << ", k " << p;
+        }
+      }
+  }
+#endif
 }
 
 TEST(GemmAmx, FlushesTheDenormalsTheFp32KernelsKeep) {

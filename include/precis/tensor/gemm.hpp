@@ -46,10 +46,10 @@ namespace precis {
 /// PRECIS_GEMM_ISA (portable, avx2, avx512, avx512_bf16 or amx_bf16) sets it at the first GEMM,
 /// limit_gemm_isa() changes it. Without the variable the cap is amx_bf16 where the CPU has AMX,
 /// avx512_bf16 on AMD CPUs and avx512 elsewhere, where the AVX512-BF16 kernel was measured
-/// slower than the AVX-512 one on widened inputs (detail::gemm_isa_default_cap). The fp32 and fp64 kernels of every level give bit-identical
-/// results; avx512_bf16 adds a kernel for bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is
-/// bit-identical to them except that it flushes fp32 denormals to zero
-/// (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, whose sums
+/// slower than the AVX-512 one on widened inputs (detail::gemm_isa_default_cap). The fp32 and
+/// fp64 kernels of every level give bit-identical results; avx512_bf16 adds a kernel for
+/// bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is bit-identical to them except that it
+/// flushes fp32 denormals to zero (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, whose sums
 /// differ from the fp32 kernels' in the last bits (two chains per 32 k; within the same bound;
 /// tensor/gemm/kernel_amx_bf16.hpp).
 enum class gemm_isa { portable, avx2, avx512, avx512_bf16, amx_bf16 };
@@ -86,8 +86,8 @@ inline bool cpu_is_amd() noexcept {
 /// AVX-512 kernel. On AMD Zen 5 it is (docs/benchmarks.md); on an Intel Xeon with AMX
 /// (family 6 model 207, Emerald Rapids) vdpbf16ps ran at half the fp32 FMA rate (86 against 175
 /// GFLOP/s on one core) and the bf16 GEMM at 81 against 150 GFLOP/s for the widening path, so
-/// other CPUs widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16) selects the
-/// kernel anyway.
+/// other CPUs widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16)
+/// selects the kernel anyway.
 inline gemm_isa gemm_isa_default_cap() noexcept {
 #if PRECIS_X86_SIMD
   if (cpu_has_amx_bf16()) return gemm_isa::amx_bf16;

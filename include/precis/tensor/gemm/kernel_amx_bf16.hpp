@@ -121,10 +121,13 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_b_amx(const bfloat16* b_, index_t rs,
           // dense rows: 16 columns at a time, the second row shifted high (masked forms: see
           // all16 in convert_x86.hpp)
           for (; c + 16 <= cols; c += 16) {
-            const __m512i lo = _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c)));
-            const __m512i hi =
-                pair ? _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c))), 16)
-                     : _mm512_setzero_si512();
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c));
+            const __m512i lo = _mm512_maskz_cvtepu16_epi32(all16, x0);
+            __m512i hi = _mm512_setzero_si512();
+            if (pair) {
+              const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c));
+              hi = _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, x1), 16);
+            }
             _mm512_storeu_si512(out + c, _mm512_or_si512(lo, hi));
           }
         }
