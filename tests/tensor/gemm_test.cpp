@@ -418,6 +418,10 @@ void expect_bf16_dot_model_cases(bool amx) {
   expect_bf16_dot_gemm_matches_model(50, 519, 70, true, true, 1.25f, -1.0f, 2, 55, 70, amx);
   expect_bf16_dot_gemm_matches_model(25, 40, 45, false, true, 1.0f, 0.5f, 1, 0, 254, amx);
   expect_bf16_dot_gemm_matches_model(70, 1000, 100, false, true, 1.0f, 0.0f, 2, 0, 72, amx);
+  // row-major A with an even row stride (its pairs are adjacent dwords) and odd K blocks
+  // (770 = 4 x 193)
+  expect_bf16_dot_gemm_matches_model(25, 770, 40, false, false, 1.0f, 0.0f, 1, 0, 72, amx);
+  expect_bf16_dot_gemm_matches_model(25, 770, 40, false, true, 0.5f, 1.0f, 2, 120, 133, amx);
 }
 
 /// The level in use equals the fp32 kernels (the AVX-512 level) bit for bit on entries of

@@ -31,6 +31,7 @@
 
 #include "precis/tensor/elementwise.hpp"
 #include "precis/tensor/gemm/kernel_avx2.hpp"
+#include "precis/tensor/gemm/spread.hpp"
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
 #include "precis/tensor/gemm/kernel_amx_bf16.hpp"
@@ -173,45 +174,6 @@ T* scratch(std::size_t n) {
   return buf.get();
 }
 
-/// panel[p * mr + r] = x[r * xs + p] for r < mr, p < kc: a full panel of mr float rows (each
-/// dense along k, xs apart) interleaved by k. Rows go four at a time through a 4 x 4 register
-/// transpose (four 16-byte stores per 16 values instead of sixteen scalar ones), then two at a
-/// time and one at a time; k's last kc % 4 values one by one. Data movement only.
-inline void spread_rows_f32(const float* x, index_t xs, index_t mr, index_t kc, float* panel) {
-#if PRECIS_X86_SIMD
-  index_t p = 0;
-  for (; p + 4 <= kc; p += 4) {
-    float* d = panel + p * mr;
-    index_t r = 0;
-    for (; r + 4 <= mr; r += 4) {
-      __m128 r0 = _mm_loadu_ps(x + r * xs + p), r1 = _mm_loadu_ps(x + (r + 1) * xs + p);
-      __m128 r2 = _mm_loadu_ps(x + (r + 2) * xs + p), r3 = _mm_loadu_ps(x + (r + 3) * xs + p);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(d + r, r0);
-      _mm_storeu_ps(d + mr + r, r1);
-      _mm_storeu_ps(d + 2 * mr + r, r2);
-      _mm_storeu_ps(d + 3 * mr + r, r3);
-    }
-    if (r + 2 <= mr) {
-      const __m128 r0 = _mm_loadu_ps(x + r * xs + p), r1 = _mm_loadu_ps(x + (r + 1) * xs + p);
-      const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);  // (k0 k0' k1 k1'), (k2 ...)
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + r), lo);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + mr + r), lo);
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 2 * mr + r), hi);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(d + 3 * mr + r), hi);
-      r += 2;
-    }
-    for (; r < mr; ++r)
-      for (index_t t = 0; t < 4; ++t) d[t * mr + r] = x[r * xs + p + t];
-  }
-  for (; p < kc; ++p)
-    for (index_t r = 0; r < mr; ++r) panel[p * mr + r] = x[r * xs + p];
-#else
-  for (index_t r = 0; r < mr; ++r)
-    for (index_t p = 0; p < kc; ++p) panel[p * mr + r] = x[r * xs + p];
-#endif
-}
-
 /// Packs rows [0, mc) x cols [0, kc) of A (row stride rs, column stride cs) into mr-row
 /// panels interleaved by k, converted to Acc and zero-padded to a multiple of mr rows. `row`
 /// holds at least max(kc, mc + mr) and mr * kc elements.
@@ -226,13 +188,13 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
         // a full panel of rows dense along k: widened into `row` first unless already float,
         // then interleaved by a register transpose
         if constexpr (std::is_same_v<S, float>) {
-          spread_rows_f32(a + i0 * rs, rs, mr, kc, panel);
+          spread_rows_32(a + i0 * rs, rs, mr, kc, panel);
         } else {
           for (index_t r = 0; r < mr; ++r) {
             const float* x = load_run<float>(a + (i0 + r) * rs, kc, 1, row + r * kc);
             if (x != row + r * kc) std::copy_n(x, kc, row + r * kc);
           }
-          spread_rows_f32(row, kc, mr, kc, panel);
+          spread_rows_32(row, kc, mr, kc, panel);
         }
         continue;
       }

@@ -34,6 +34,7 @@
 
 #include "precis/format/bfloat16.hpp"
 #include "precis/tensor/gemm/kernel_avx512.hpp"
+#include "precis/tensor/gemm/spread.hpp"
 
 #define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,f16c,fma")))
 
@@ -89,6 +90,22 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_a_bf16_pairs(const bfloat16* a_, inde
       }
       if (kp != even) {
         for (index_t r = 0; r < mr; ++r) panel[even * mr + r] = bf16_pair(x[(kc - 1) * cs + r], 0);
+      }
+      continue;
+    }
+    if (cs == 1 && rs % 2 == 0 && rows == mr) {
+      // row-major A, rows an even number of elements apart: each row's pairs are adjacent
+      // dwords, interleaved by 4 x 4 register transposes, then their halves swapped so that
+      // element k sits high (data movement only)
+      spread_rows_32(a + i0 * rs, rs / 2, mr, even, panel);
+      index_t t = 0;
+      for (; t + 16 <= even * mr; t += 16) {
+        const __m512i v = _mm512_loadu_si512(panel + t);
+        _mm512_storeu_si512(panel + t, _mm512_maskz_rol_epi32(all16, v, 16));
+      }
+      for (; t < even * mr; ++t) panel[t] = (panel[t] << 16) | (panel[t] >> 16);
+      if (kp != even) {
+        for (index_t r = 0; r < mr; ++r) panel[even * mr + r] = bf16_pair(a[(i0 + r) * rs + kc - 1], 0);
       }
       continue;
     }
