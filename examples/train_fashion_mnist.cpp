@@ -1,6 +1,6 @@
 // The main demo: an MLP (784-256-128-10, ReLU), a small CNN and a small vision transformer,
-// each trained on Fashion-MNIST (cross-entropy, SGD with momentum) under the named precision
-// policies, side by side. `make demo` runs the default plan, `make demo-full` the full one.
+// each trained on Fashion-MNIST (cross-entropy; SGD with momentum for the MLP and the CNN, AdamW
+// for the ViT; cosine learning-rate decay) under the named precision policies, side by side. `make demo` runs the default plan, `make demo-full` the full one.
 //
 //   train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]
 //                       [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
@@ -12,9 +12,10 @@
 // or J: every run is bit-for-bit the same at any thread count.
 //
 // Default plan: the MLP under every policy for 6 epochs, the CNN and the ViT under 32-true,
-// bf16-mixed and 16-mixed for 5 epochs each (the emulated 16-bit '-true' arithmetic costs 3-6x
-// per epoch), the CNN also under fp8-mixed. --full: every model under every policy, the MLP for 12, the CNN for 8 and the ViT
-// for 15 epochs. --policies and --epochs override either.
+// bf16-mixed and 16-mixed for 3 epochs each (the emulated 16-bit '-true' arithmetic costs 3-6x
+// per epoch), the CNN also under fp8-mixed. --full: every model under every policy, the MLP for
+// 12, the CNN for 8 and the ViT for 15 epochs. --policies and --epochs override either; --lr
+// replaces every model's own learning rate (MLP 0.05, CNN 0.1, ViT 3e-3: fashion_mnist/train.hpp).
 //
 // --distributed (builds with MPI): run under `mpirun -np N`; each rank takes B / N rows of every
 // global batch of B, gradients are averaged over the ranks (precis::dist::DataParallel), and
@@ -59,7 +60,7 @@ namespace {
 /// The policies and epochs a model runs with: --policies and --epochs when given; otherwise
 /// the MLP runs every policy for 6 epochs, and the CNN and the ViT, whose emulated 16-bit
 /// '-true' arithmetic costs 3-6x per epoch (docs/demo.md), run 32-true, bf16-mixed and
-/// 16-mixed for 5 epochs, the CNN also fp8-mixed (--full: every policy, more epochs).
+/// 16-mixed for 3 epochs, the CNN also fp8-mixed (--full: every policy, more epochs).
 struct plan {
   std::vector<std::string> policies;
   int epochs;
@@ -67,18 +68,29 @@ struct plan {
 plan plan_for(const std::string& model, const settings& st) {
   plan p;
   if (model == "mlp") p = {all_policies, st.full ? 12 : 6};
-  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed", "fp8-mixed"}, st.full ? 8 : 5};
-  else p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 15 : 5};
+  else if (model == "cnn") p = {{"32-true", "bf16-mixed", "16-mixed", "fp8-mixed"}, st.full ? 8 : 3};
+  else p = {{"32-true", "bf16-mixed", "16-mixed"}, st.full ? 15 : 3};
   if (st.full) p.policies = all_policies;
   if (!st.policies.empty()) p.policies = st.policies;
   if (st.epochs > 0) p.epochs = st.epochs;
   return p;
 }
 
-const char* description(const std::string& model) {
-  if (model == "mlp") return Mlp<pol::named<"32-true">>::description;
-  if (model == "cnn") return Cnn<pol::named<"32-true">>::description;
-  return Vit<pol::named<"32-true">>::description;
+/// What a model is, how it trains, and the learning rate it starts from (--lr, or its own).
+struct model_info {
+  const char* description;
+  const char* optimizer;
+  double lr;
+};
+model_info info(const std::string& model, const settings& st) {
+  const auto of = [&](auto tag) {
+    using M = typename decltype(tag)::type;
+    return model_info{M::description, M::training::optimizer, st.lr > 0 ? st.lr : M::lr};
+  };
+  using F = pol::named<"32-true">;
+  if (model == "mlp") return of(std::type_identity<Mlp<F>>{});
+  if (model == "cnn") return of(std::type_identity<Cnn<F>>{});
+  return of(std::type_identity<Vit<F>>{});
 }
 
 result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
@@ -158,9 +170,11 @@ std::vector<result> run_all(std::vector<job> plan, const data::labelled_images& 
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,fp8-mixed,fp8-mixed/unscaled,bf16-true,\n"
                "  bf16-true+sr,16-true\n"
-               "  default: the MLP under every policy for 6 epochs; the CNN (5 epochs) and the ViT (5 epochs) under\n"
+               "  default: the MLP under every policy for 6 epochs; the CNN (3 epochs) and the ViT (3 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed, the CNN also fp8-mixed; --full runs every model under every policy,\n"
                "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n"
+               "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
+               "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
                "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str());
   std::exit(help ? 0 : 2);
@@ -260,10 +274,15 @@ void write_outputs(const settings& st, int ranks, const std::vector<result>& row
   std::ofstream j(json_path), c(csv_path);
   if (!j || !c) throw precis::error("train_fashion_mnist: cannot write " + json_path + " or " + csv_path);
   j.precision(9);
-  j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"batch\": " << st.batch << ", \"lr\": " << st.lr
-    << ", \"momentum\": 0.9, \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"jobs\": " << st.jobs << ", \"threads_per_job\": " << st.threads << "},\n  \"models\": {";
+  j << "{\n  \"settings\": {\"ranks\": " << ranks << ", \"batch\": " << st.batch
+    << ", \"compress_bf16\": " << (st.compress_bf16 ? "true" : "false") << ", \"seed\": " << st.seed << ", \"jobs\": " << st.jobs << ", \"threads_per_job\": " << st.threads << "},\n  \"models\": {";
   for (std::size_t k = 0; k < st.models.size(); ++k) {
-    j << (k ? ", " : "") << json_string(st.models[k]) << ": " << json_string(description(st.models[k]));
+    j << (k ? ", " : "") << json_string(st.models[k]) << ": " << json_string(info(st.models[k], st).description);
+  }
+  j << "},\n  \"training\": {";
+  for (std::size_t k = 0; k < st.models.size(); ++k) {
+    const model_info mi = info(st.models[k], st);
+    j << (k ? ", " : "") << json_string(st.models[k]) << ": {\"optimizer\": " << json_string(mi.optimizer) << ", \"lr\": " << mi.lr << "}";
   }
   j << "},\n"
     << "  \"histogram_binades\": [" << hist_lo << ", " << hist_hi << "],\n  \"results\": [\n";
@@ -347,9 +366,9 @@ int main(int argc, char** argv) {
       throw data::data_error(st.data + "/t10k-images-idx3-ubyte.gz has no test images; expected at least one");
     }
     if (cl.rank == 0) {
-      std::printf("Fashion-MNIST: %lld training / %lld test images; cross-entropy, SGD (lr %g, momentum 0.9, cosine decay),\n"
+      std::printf("Fashion-MNIST: %lld training / %lld test images; cross-entropy, cosine learning-rate decay to 0,\n"
                   "batch %lld, seed %llu",
-                  static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]), st.lr,
+                  static_cast<long long>(tr.images.shape()[0]), static_cast<long long>(te.images.shape()[0]),
                   static_cast<long long>(st.batch), static_cast<unsigned long long>(st.seed));
       if (cl.size > 1) std::printf(", %d ranks of %lld rows each", cl.size, static_cast<long long>(st.batch / cl.size));
       std::printf(".\n");
@@ -357,7 +376,9 @@ int main(int argc, char** argv) {
         const plan pl = plan_for(m, st);
         std::string ps;
         for (const auto& p : pl.policies) ps += (ps.empty() ? "" : ", ") + p;
-        std::printf("  %s: %s; %d epochs under %s\n", m.c_str(), description(m), pl.epochs, ps.c_str());
+        const model_info mi = info(m, st);
+        std::printf("  %s: %s; %s, lr %g; %d epochs under %s\n", m.c_str(), mi.description, mi.optimizer, mi.lr, pl.epochs,
+                    ps.c_str());
       }
       std::printf("%zu runs, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(), jobs,
                   threads_each, threads_each == 1 ? "" : "s");
@@ -366,7 +387,7 @@ int main(int argc, char** argv) {
     const std::vector<result> rows = run_all(plan_jobs, tr, te, st, cl, jobs, threads_each);
     if (cl.rank != 0) return 0;
     for (const auto& m : st.models) {
-      std::printf("\n%s (%s)\n\n", m.c_str(), description(m));
+      std::printf("\n%s (%s)\n\n", m.c_str(), info(m, st).description);
       std::printf("| policy | epochs | test accuracy | final train loss | s / epoch | memory (MiB) | skipped steps | final loss scale | fp16-flushed grads | zero grads | fp8 saturated | fp8 flushed |\n");
       std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const auto& r : rows) {
