@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <precis/autodiff/gradcheck.hpp>
 #include <precis/precis.hpp>
 #include <random>
@@ -360,6 +362,68 @@ TEST(OpLayerReference, GeluTanhVectorizedMatchesDouble) {
   }
 }
 
+
+/// max_pool2d's 2 x 2, stride-2 path (vectorized where the CPU allows) against the rule written
+/// out here: in each window, in the order (0,0) (0,1) (1,0) (1,1), an element replaces the best
+/// so far when it is larger or a NaN. Inputs drawn from {-1, -0, 0, 1, 2, NaN} make ties, signed
+/// zeros and NaNs common; rows of 18 and 7 windows cover a full and a partial vector of 16 and
+/// an odd width (the last column belongs to no window). The gradient of sum(y * w) lands on each
+/// window's winner, so it checks the saved positions.
+template <class P>
+void check_max_pool_2x2(index_t w) {
+  using S = typename P::param_type;
+  const index_t n = 2, c = 3, h = 5, ho = h / 2, wo = w / 2;
+  const float pool[] = {-1.0f, -0.0f, 0.0f, 1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
+  Tensor<S> x(Shape{n, c, h, w});
+  std::uint32_t state = 12345;
+  for (index_t i = 0; i < x.size(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    x.data()[i] = S(pool[(state >> 16) % 6]);
+  }
+  Tape<P> t;
+  Tensor<S> gx(x.shape());
+  const auto xv = t.param(x.view(), gx.view());
+  const auto y = max_pool2d(xv, {{2, 2}, {2, 2}, {0, 0}});
+  Tensor<S> wts(y.shape());
+  for (index_t i = 0; i < wts.size(); ++i) wts.data()[i] = S(static_cast<float>(i % 61 + 1));
+  t.backward(sum(mul(y, t.input(wts.view()))));
+  std::vector<float> want_gx(static_cast<std::size_t>(x.size()), 0.0f);
+  for (index_t pl = 0; pl < n * c; ++pl)
+    for (index_t oh = 0; oh < ho; ++oh)
+      for (index_t ow = 0; ow < wo; ++ow) {
+        const index_t base = pl * h * w + 2 * oh * w + 2 * ow, o = (pl * ho + oh) * wo + ow;
+        index_t best = base;
+        float bv = static_cast<float>(x.data()[base]);
+        for (const index_t at : {base + 1, base + w, base + w + 1}) {
+          const float v = static_cast<float>(x.data()[at]);
+          if (v > bv || std::isnan(v)) {
+            bv = v;
+            best = at;
+          }
+        }
+        const float got = static_cast<float>(y.value().data()[o]);
+        std::uint32_t gb, wb;
+        std::memcpy(&gb, &got, 4);
+        std::memcpy(&wb, &bv, 4);
+        if (std::isnan(bv)) {
+          ASSERT_TRUE(std::isnan(got)) << "window " << o << ", width " << w;
+        } else {
+          ASSERT_EQ(gb, wb) << "window " << o << " (plane " << pl << ", row " << oh << ", column " << ow << "), width " << w;
+        }
+        want_gx[static_cast<std::size_t>(best)] = static_cast<float>(wts.data()[o]);
+      }
+  for (index_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(static_cast<float>(gx.data()[i]), want_gx[static_cast<std::size_t>(i)]) << "input " << i << ", width " << w;
+  }
+}
+
+TEST(OpLayerReference, MaxPool2x2KeepsTheFirstLargestOrTheNaN) {
+  for (const index_t w : {36, 37, 14}) {
+    check_max_pool_2x2<pol::named<"32-true">>(w);
+    check_max_pool_2x2<pol::named<"bf16-mixed">>(w);
+    check_max_pool_2x2<pol::named<"64-true">>(w);
+  }
+}
 TEST(OpLayerRegistry, TheTableListsEveryOpOnceAndEachIsADefinition) {
   std::set<std::string> table;
   op::all::for_each([&]<class Op>() {

@@ -17,7 +17,12 @@
 #include <string>
 #include <tuple>
 
+#include "precis/format/convert_x86.hpp"
 #include "precis/ops/op.hpp"
+
+#if PRECIS_X86_SIMD
+#include <immintrin.h>
+#endif
 
 namespace precis::op {
 
@@ -346,16 +351,78 @@ struct pool_def {
 
 namespace conv_detail {
 
+#if PRECIS_X86_SIMD
+/// One step of max_pool_2x2's selection in every lane: v wins where it is larger than the best
+/// so far or a NaN, and its position is first + offset.
+PRECIS_TARGET_AVX512 inline void max_pool_consider_avx512(__m512 v, std::int32_t offset, __m512i first, __m512& bv,
+                                                          __m512i& best) {
+  const __mmask16 all = 0xFFFF;
+  const auto take = static_cast<__mmask16>(_mm512_mask_cmp_ps_mask(all, v, bv, _CMP_GT_OQ) |
+                                           _mm512_mask_cmp_ps_mask(all, v, v, _CMP_UNORD_Q));
+  bv = _mm512_mask_mov_ps(bv, take, v);
+  best = _mm512_mask_add_epi32(best, take, first, _mm512_set1_epi32(offset));
+}
+
+/// max_pool_2x2's selection for n <= 16 windows side by side (rows r0 and r1, the first window
+/// at position c in the plane, rows w apart), in AVX-512 lanes: each lane takes its window's four
+/// elements in the scalar loop's order with the same rule, so values and positions are the
+/// same bit for bit. Masked loads and stores: nothing past the 2n inputs or n outputs is touched.
+PRECIS_TARGET_AVX512 inline void max_pool_2x2_avx512(const float* r0, const float* r1, index_t n, std::int32_t c,
+                                                     std::int32_t w, float* out, std::int32_t* at) {
+  const __mmask16 all = 0xFFFF;
+  const auto mask = [](index_t bits) {
+    return static_cast<__mmask16>(bits >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(bits)) - 1u);
+  };
+  const __mmask16 lo = mask(2 * n), hi = mask(2 * n - 16 > 0 ? 2 * n - 16 : 0), outs = mask(n);
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_maskz_add_epi32(all, even, _mm512_set1_epi32(1));
+  const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
+  const __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
+  // each window's first element and its position: c + 2 lane
+  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c), even);
+  __m512 bv = _mm512_maskz_permutex2var_ps(all, a0, even, a1);
+  __m512i best = first;
+  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, a0, odd, a1), 1, first, bv, best);
+  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, b0, even, b1), w, first, bv, best);
+  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, b0, odd, b1), w + 1, first, bv, best);
+  _mm512_mask_storeu_ps(out, outs, bv);
+  if (at) _mm512_mask_storeu_epi32(at, outs, best);
+}
+#endif
+
 /// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
-/// the general loop's selection (the first largest element, or a NaN), written so that the
-/// compiler vectorizes it; `at` (when Save) gets each winner's position in the plane. A 16-bit
-/// output is rounded a run at a time (vectorized conversions).
+/// the general loop's selection (the first largest element, or a NaN), 16 windows at a time in
+/// AVX-512 lanes where the CPU has them (float inputs), else in a loop; `at` (when Save) gets
+/// each winner's position in the plane. A 16-bit output is rounded a run at a time
+/// (vectorized conversions).
 template <bool Save, class R, class O>
 void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int32_t* at) {
   using A = detail::ad::arith_t<O>;
   constexpr bool direct = std::is_same_v<O, A>;
   const auto wi = static_cast<std::int32_t>(w);
   std::array<A, direct ? 1 : detail::chunk> buf;
+#if PRECIS_X86_SIMD
+  if constexpr (std::is_same_v<R, float> && std::is_same_v<A, float>) {
+    if (detail::cpu_has_avx512f()) {
+      constexpr index_t lanes = 16;
+      std::array<float, direct ? 1 : lanes> row_buf;
+      for (index_t oh = 0; oh < ho; ++oh) {
+        const R* r0 = in + 2 * oh * w;
+        const auto row = static_cast<std::int32_t>(2 * oh * w);
+        for (index_t o0 = 0; o0 < wo; o0 += lanes) {
+          const index_t len = std::min(lanes, wo - o0);
+          float* out = nullptr;
+          if constexpr (direct) out = y + oh * wo + o0;
+          else out = row_buf.data();
+          max_pool_2x2_avx512(r0 + 2 * o0, r0 + w + 2 * o0, len, row + 2 * static_cast<std::int32_t>(o0), wi, out,
+                              Save ? at + oh * wo + o0 : nullptr);
+          if constexpr (!direct) detail::store_run(row_buf.data(), y + oh * wo + o0, len, index_t{1});
+        }
+      }
+      return;
+    }
+  }
+#endif
   for (index_t oh = 0; oh < ho; ++oh) {
     const R* r0 = in + 2 * oh * w;
     const R* r1 = r0 + w;

@@ -100,7 +100,18 @@ struct d_abs {
     return x > T(0) ? g : (x < T(0) ? T(-g) : T(0));
   }
 };
-struct d_relu { template <class T> T operator()(const T& g, const T& x, const T&) const { return x > T(0) ? g : T(0); } };
+struct d_relu {
+  template <class T> T operator()(const T& g, const T& x, const T&) const { return x > T(0) ? g : T(0); }
+  /// The same on float arrays as a select the compiler vectorizes: both loads unconditional
+  /// (the generic loop, inside add_derivative, compiled to a branch per element that the signs
+  /// of x mispredict, and a conditional load of g keeps GCC from vectorizing).
+  static void bulk(float* o, const float* g, const float* x, const float*, index_t n) {
+    for (index_t i = 0; i < n; ++i) {
+      const float gi = g[i], xi = x[i];
+      o[i] = xi > 0.0f ? gi : 0.0f;
+    }
+  }
+};
 struct d_exp { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * y; } };
 struct d_log { template <class T> T operator()(const T& g, const T& x, const T&) const { return g / x; } };
 struct d_sqrt { template <class T> T operator()(const T& g, const T&, const T& y) const { return g / (T(2) * y); } };

@@ -174,6 +174,22 @@ T* scratch(std::size_t n) {
   return buf.get();
 }
 
+/// `lines` runs of kc elements of S, dense and `stride` apart from `x`, interleaved by k into a
+/// float panel `width` wide (zeros past `lines`): directly when S is float, else widened into
+/// `row` (lines * kc elements) first. Both packers' path for operands dense along k.
+template <class S>
+void spread_runs(const S* x, index_t stride, index_t lines, index_t kc, float* panel, index_t width, float* row) {
+  if constexpr (std::is_same_v<S, float>) {
+    spread_rows_32(x, stride, lines, kc, panel, width);
+  } else {
+    for (index_t r = 0; r < lines; ++r) {
+      const float* v = load_run<float>(x + r * stride, kc, 1, row + r * kc);
+      if (v != row + r * kc) std::copy_n(v, kc, row + r * kc);
+    }
+    spread_rows_32(row, kc, lines, kc, panel, width);
+  }
+}
+
 /// Packs rows [0, mc) x cols [0, kc) of A (row stride rs, column stride cs) into mr-row
 /// panels interleaved by k, converted to Acc and zero-padded to a multiple of mr rows. `row`
 /// holds at least max(kc, mc + mr) and mr * kc elements.
@@ -184,18 +200,8 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
     Acc* panel = dst + i0 * kc;
     const index_t rows = std::min(mr, mc - i0);
     if constexpr (std::is_same_v<Acc, float>) {
-      if (cs == 1 && rows == mr) {
-        // a full panel of rows dense along k: widened into `row` first unless already float,
-        // then interleaved by a register transpose
-        if constexpr (std::is_same_v<S, float>) {
-          spread_rows_32(a + i0 * rs, rs, mr, kc, panel);
-        } else {
-          for (index_t r = 0; r < mr; ++r) {
-            const float* x = load_run<float>(a + (i0 + r) * rs, kc, 1, row + r * kc);
-            if (x != row + r * kc) std::copy_n(x, kc, row + r * kc);
-          }
-          spread_rows_32(row, kc, mr, kc, panel);
-        }
+      if (cs == 1) {  // rows dense along k, interleaved by register transposes
+        spread_runs(a + i0 * rs, rs, rows, kc, panel, mr, row);
         continue;
       }
     }
@@ -233,7 +239,8 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
 }
 
 /// Packs rows [0, kc) x cols [0, nc) of B into nr-column panels (kc x nr each, row-major),
-/// converted to Acc and zero-padded; panels [p0, p1) only, so threads can share the work.
+/// converted to Acc and zero-padded; panels [p0, p1) only, so threads can share the work. `row`
+/// holds at least max(kc, nc) and nr * kc elements.
 template <class Acc, class S>
 void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t nr, Acc* dst,
             index_t p0, index_t p1, Acc* row) {
@@ -259,6 +266,10 @@ void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t 
     const index_t cols = std::min(nr, nc - j0);
     Acc* panel = dst + j0 * kc;
     // column-major B (a transposed view): each column is dense along k
+    if constexpr (std::is_same_v<Acc, float>) {
+      spread_runs(b + j0 * cs, cs, cols, kc, panel, nr, row);  // register transposes
+      continue;
+    }
     for (index_t c = 0; c < nr; ++c) {
       if (c < cols) {
         const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
@@ -357,7 +368,8 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   auto body = [&](int tid, int nthreads) {
     P* const bp = split_n ? scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max)) : bp_shared;
     P* ap = scratch<P, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * depth(kc_max)));
-    Acc* row = pairs ? nullptr : scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr, bl.mr * kc_max})));
+    Acc* row = pairs ? nullptr
+                     : scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr, std::max(bl.mr, bl.nr) * kc_max})));
     const index_t r0 = split_n ? 0 : m_panels * tid / nthreads * bl.mr;
     const index_t r1 = split_n ? m : std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
     // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each

@@ -97,7 +97,7 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_a_bf16_pairs(const bfloat16* a_, inde
       // row-major A, rows an even number of elements apart: each row's pairs are adjacent
       // dwords, interleaved by 4 x 4 register transposes, then their halves swapped so that
       // element k sits high (data movement only)
-      spread_rows_32(a + i0 * rs, rs / 2, mr, even, panel);
+      spread_rows_32(a + i0 * rs, rs / 2, mr, even, panel, mr);
       index_t t = 0;
       for (; t + 16 <= even * mr; t += 16) {
         const __m512i v = _mm512_loadu_si512(panel + t);

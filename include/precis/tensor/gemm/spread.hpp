@@ -13,48 +13,57 @@
 
 namespace precis::detail {
 
-/// panel[p * mr + r] = x[r * xs + p] for r < mr, p < kc, over 32-bit elements (x and panel in
-/// units of 4 bytes, any alignment): a full panel of mr rows, each dense along k and xs apart,
-/// interleaved by k. Rows go four at a time through a 4 x 4 register transpose (four 16-byte
-/// stores per 16 values instead of sixteen scalar ones), then two at a time and one at a time;
-/// k's last kc % 4 values one by one. Data movement only: every bit pattern is kept.
-inline void spread_rows_32(const void* x_, index_t xs, index_t mr, index_t kc, void* panel_) {
+/// panel[p * width + r] = x[r * xs + p] for r < rows, p < kc, and 0 for rows <= r < width, over
+/// 32-bit elements (x and panel in units of 4 bytes, any alignment): rows dense along k, xs
+/// apart, interleaved by k into a panel `width` wide (width >= rows; the padding rows of a
+/// partial panel are zeros). Rows go four at a time through a 4 x 4 register transpose (four
+/// 16-byte stores per 16 values instead of sixteen scalar ones), then two at a time and one at
+/// a time; k's last kc % 4 values one by one. Data movement only: every bit pattern is kept.
+inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc, void* panel_, index_t width) {
   const auto* x = static_cast<const unsigned char*>(x_);
   auto* panel = static_cast<unsigned char*>(panel_);
   const auto move = [&](index_t to, index_t from) { std::memcpy(panel + 4 * to, x + 4 * from, 4); };
+  const auto zero = [&](index_t p) {  // the padding of k step p
+    if (rows < width) std::memset(panel + 4 * (p * width + rows), 0, static_cast<std::size_t>(4 * (width - rows)));
+  };
 #if PRECIS_X86_SIMD
   const auto at = [&](index_t i) { return reinterpret_cast<const float*>(x + 4 * i); };
   const auto out = [&](index_t i) { return reinterpret_cast<float*>(panel + 4 * i); };
   index_t p = 0;
   for (; p + 4 <= kc; p += 4) {
-    const index_t d = p * mr;
+    const index_t d = p * width;
     index_t r = 0;
-    for (; r + 4 <= mr; r += 4) {
+    for (; r + 4 <= rows; r += 4) {
       __m128 r0 = _mm_loadu_ps(at(r * xs + p)), r1 = _mm_loadu_ps(at((r + 1) * xs + p));
       __m128 r2 = _mm_loadu_ps(at((r + 2) * xs + p)), r3 = _mm_loadu_ps(at((r + 3) * xs + p));
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
       _mm_storeu_ps(out(d + r), r0);
-      _mm_storeu_ps(out(d + mr + r), r1);
-      _mm_storeu_ps(out(d + 2 * mr + r), r2);
-      _mm_storeu_ps(out(d + 3 * mr + r), r3);
+      _mm_storeu_ps(out(d + width + r), r1);
+      _mm_storeu_ps(out(d + 2 * width + r), r2);
+      _mm_storeu_ps(out(d + 3 * width + r), r3);
     }
-    if (r + 2 <= mr) {
+    if (r + 2 <= rows) {
       const __m128 r0 = _mm_loadu_ps(at(r * xs + p)), r1 = _mm_loadu_ps(at((r + 1) * xs + p));
       const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);  // (k0 k0' k1 k1'), (k2 ...)
       _mm_storel_pi(reinterpret_cast<__m64*>(out(d + r)), lo);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + mr + r)), lo);
-      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + 2 * mr + r)), hi);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + 3 * mr + r)), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + width + r)), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + 2 * width + r)), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + 3 * width + r)), hi);
       r += 2;
     }
-    for (; r < mr; ++r)
-      for (index_t t = 0; t < 4; ++t) move(d + t * mr + r, r * xs + p + t);
+    for (; r < rows; ++r)
+      for (index_t t = 0; t < 4; ++t) move(d + t * width + r, r * xs + p + t);
+    for (index_t t = 0; t < 4; ++t) zero(p + t);
   }
-  for (; p < kc; ++p)
-    for (index_t r = 0; r < mr; ++r) move(p * mr + r, r * xs + p);
+  for (; p < kc; ++p) {
+    for (index_t r = 0; r < rows; ++r) move(p * width + r, r * xs + p);
+    zero(p);
+  }
 #else
-  for (index_t r = 0; r < mr; ++r)
-    for (index_t p = 0; p < kc; ++p) move(p * mr + r, r * xs + p);
+  for (index_t p = 0; p < kc; ++p) {
+    for (index_t r = 0; r < rows; ++r) move(p * width + r, r * xs + p);
+    zero(p);
+  }
 #endif
 }
 
