@@ -332,15 +332,17 @@ bfloat16 random_bf16(std::mt19937_64& g, int lo, int hi) {
 /// (beta == 0: C is not read) and 1 after.
 ///
 /// With amx, what the AMX kernel computes instead, from tdpbf16ps as measured on an Intel Xeon
-/// (tests/data/amx): per instruction of 32 k, the even-k and the odd-k products are summed in
-/// two fp32 chains from zero (each step rounded to nearest, flushed), then c = ftz(c +
-/// ftz(even + odd)); an odd block's last pair is completed with +0 * +0 (into the odd chain),
-/// the rest of the last instruction with products -0, which change nothing.
+/// (tests/data/amx): one sum S over all of K, whatever the blocking, in instructions of 32 k
+/// (k = 0..31, 32..63, ...): per instruction the even-k and the odd-k products are summed in
+/// two fp32 chains from zero (each step rounded to nearest, flushed), then S = ftz(S +
+/// ftz(even + odd)); an odd K's last pair is completed with +0 * +0 (into the odd chain), the
+/// rest of the last instruction with products -0, which change nothing. Then c = alpha S, or
+/// fma(beta, c, alpha S).
 template <class VA, class VB>
 Tensor<float> bf16_dot_gemm_model(float alpha, const VA& a, const VB& b, float beta, const Tensor<float>& c0,
                                   bool amx = false) {
   const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-  const index_t blocks = (k + 255) / 256, kc = (k + blocks - 1) / blocks;
+  const index_t blocks = amx ? 1 : (k + 255) / 256, kc = (k + blocks - 1) / blocks;
   Tensor<float> c = c0;
   const bfloat16 zero(0.0f);
   const auto f = [](bfloat16 x) { return flush_denormal(static_cast<float>(x)); };
@@ -422,6 +424,12 @@ void expect_bf16_dot_model_cases(bool amx) {
   // (770 = 4 x 193)
   expect_bf16_dot_gemm_matches_model(25, 770, 40, false, false, 1.0f, 0.0f, 1, 0, 72, amx);
   expect_bf16_dot_gemm_matches_model(25, 770, 40, false, true, 0.5f, 1.0f, 2, 120, 133, amx);
+  // beyond the AMX kernel's K blocks of 512 (1500 = 512 + 512 + 476): partial sums carried
+  // through C, scaled at the last block, or through the workspace when beta != 0; rows split
+  // over 3 and 4 threads
+  expect_bf16_dot_gemm_matches_model(70, 1500, 100, false, true, 1.0f, 0.0f, 3, 0, 72, amx);
+  expect_bf16_dot_gemm_matches_model(64, 1100, 64, false, false, 0.5f, 0.0f, 1, 110, 140, amx);
+  expect_bf16_dot_gemm_matches_model(33, 1300, 65, true, false, 1.5f, -0.5f, 4, 120, 133, amx);
 }
 
 /// The level in use equals the fp32 kernels (the AVX-512 level) bit for bit on entries of

@@ -302,14 +302,35 @@ void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t
 }
 
 /// A register-tile kernel over packed panels whose elements are P (Acc itself, or for the
-/// AVX512-BF16 and AMX kernels dwords holding a pair of bf16 values along k), and its blocking;
-/// amx: the AMX kernel's panels (pairs in k order, each row padded to 16 pairs).
+/// AVX512-BF16 and AMX kernels dwords holding a pair of bf16 values along k), and its blocking.
+/// The AMX kernel comes as `chain` instead of `tile`: its panels are padded to whole tiles of 16
+/// pairs, its K blocks are multiples of 32 k (but the last), its partial sums pass from block to
+/// block through C (so beta must be 0), and `begin` configures each thread's tiles.
 template <class Acc, class P>
 struct gemm_kernel {
   void (*tile)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc);
   gemm_blocking bl;
-  bool amx = false;
+  void (*chain)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, bool, bool) = nullptr;
+  void (*begin)() = nullptr;
 };
+
+/// How the threads of one GEMM share the work: the automatic rule in gemm_packed, or, for
+/// measuring, always by rows (B packed once and shared) or by columns (each thread packs all of
+/// A and its own B panels). PRECIS_GEMM_SPLIT=auto|rows|columns sets it at the first GEMM.
+enum class gemm_split { automatic, rows, columns };
+
+inline gemm_split gemm_split_from_env() {
+  const char* e = std::getenv("PRECIS_GEMM_SPLIT");
+  if (e == nullptr || std::string(e) == "auto") return gemm_split::automatic;
+  if (std::string(e) == "rows") return gemm_split::rows;
+  if (std::string(e) == "columns") return gemm_split::columns;
+  throw invalid_argument("precis::gemm: PRECIS_GEMM_SPLIT=\"" + std::string(e) + "\"; expected auto, rows or columns");
+}
+
+inline gemm_split gemm_split_in_use() {
+  static const gemm_split s = gemm_split_from_env();
+  return s;
+}
 
 template <class Acc>
 void generic_tile_kernel_by_value(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t rs_c,
@@ -342,7 +363,7 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
                  index_t rsa, index_t csa, const SB* b, index_t rsb, index_t csb, Acc beta, Acc* c, index_t rsc,
                  index_t csc, int threads) {
   constexpr bool pairs = !std::is_same_v<Acc, P>;  // bf16 pairs: one kernel step per two k
-  const bool amx = kern.amx;                        // pairs padded to whole tiles of 16
+  const bool amx = kern.chain != nullptr;           // pairs padded to whole tiles of 16
   const auto depth = [amx](index_t kc) { return pairs ? (amx ? ((kc + 1) / 2 + 15) / 16 * 16 : (kc + 1) / 2) : kc; };
   const gemm_blocking bl = kern.bl;
   // Splitting the rows, each thread owns a contiguous range of whole mr-row panels (balanced to
@@ -350,22 +371,30 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const index_t m_panels = (m + bl.mr - 1) / bl.mr;
   // K in equal blocks of at most bl.kc (784 = 4 x 196, not 3 x 256 + 16: no short last block
   // whose fixed per-tile cost is paid for a few k steps)
+  // (AMX: rounded up to whole instructions of 32 k, so that block boundaries fall between them)
   const index_t k_blocks = (k + bl.kc - 1) / bl.kc;
-  const index_t kc_max = (k + k_blocks - 1) / k_blocks;
+  const index_t kc_max = amx ? ((k + k_blocks - 1) / k_blocks + 31) / 32 * 32 : (k + k_blocks - 1) / k_blocks;
   // Threads split the columns when each gets at least 4 nr-column panels whose packed K block
   // stays within 512 KiB (in its own L2 next to the A block, on the AVX-512 machines measured
   // in docs/benchmarks.md): each packs its own B panels into its own buffer (no barrier) and
-  // packs all of A (cheap next to the products). Otherwise (tall-skinny products such as
-  // im2col's, or wide ones whose B share would spill) they split the rows and share the packed
-  // B. Either way each C entry is the same chain of operations.
+  // packs all of A (cheap next to the products on a few threads; not on many, nor next to
+  // the AMX kernel's products, so then the columns are split only when the rows cannot be).
+  // Otherwise (tall-skinny products such as im2col's, or wide ones whose B share would spill)
+  // they split the rows and share the packed B. Either way each C entry is the same chain of
+  // operations.
   const index_t n_panels = (std::min(bl.nc, n) + bl.nr - 1) / bl.nr;
   const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
-  const bool split_n = threads > 1 && n_panels >= 4 * index_t{threads} && share_bytes <= (index_t{512} << 10);
+  const bool rows_suffice = m_panels >= index_t{threads} && (amx || threads > 4);
+  const gemm_split rule = gemm_split_in_use();
+  const bool split_n = threads > 1 && n_panels >= 4 * index_t{threads} &&
+                       (rule == gemm_split::columns ||
+                        (rule == gemm_split::automatic && share_bytes <= (index_t{512} << 10) && !rows_suffice));
   threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   P* const bp_shared = split_n ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
 
   auto body = [&](int tid, int nthreads) {
+    if (kern.begin != nullptr) kern.begin();
     P* const bp = split_n ? scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max)) : bp_shared;
     P* ap = scratch<P, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * depth(kc_max)));
     Acc* row = pairs ? nullptr
@@ -414,8 +443,13 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
           for (index_t jr = j_begin; jr < j_end; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
             for (index_t ir = 0; ir < mcb; ir += bl.mr) {
-              kern.tile(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
-                        std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
+              if (amx) {
+                kern.chain(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+                           std::min(bl.mr, mcb - ir), nr, alpha, pc == 0, pc + kc >= k);
+              } else {
+                kern.tile(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
+                          std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
+              }
             }
           }
         }
@@ -457,9 +491,22 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   if constexpr (std::is_same_v<Acc, float> && std::is_same_v<remove_cv_t<SA>, bfloat16> &&
                 std::is_same_v<remove_cv_t<SB>, bfloat16>) {
     if (isa >= gemm_isa::amx_bf16) {
-      // 32 x 32 blocks of C; the fp32 kernels' K blocks (kc = 256), so the same sums
-      const gemm_kernel<float, std::uint32_t> kern{&amx_bf16_tile_kernel, {32, 32, 256, 256, 3072}, true};
-      gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
+      // 32 x 32 blocks of C; K blocks of up to 512 (a 32-column B panel, 32 KiB, stays in L1
+      // while the A panels stream from L2); B blocks of 512 x 1536 (1.5 MiB) within a 2 MiB L2
+      const gemm_kernel<float, std::uint32_t> kern{nullptr, {32, 32, 256, 512, 1536}, &amx_bf16_chain_kernel, &amx_bf16_begin};
+      if (beta == 0.0f) {
+        gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, 0.0f, c, rsc, csc, threads);
+        return;
+      }
+      // the partial sums pass through C between K blocks, so C's old values wait in a
+      // workspace: S first, then C = beta C + alpha S, one rounding (as the kernels' epilogue)
+      auto* w = scratch<float, 3>(static_cast<std::size_t>(m * n));
+      gemm_packed(kern, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, w, n, index_t{1}, threads);
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) {
+          float& cij = c[i * rsc + j * csc];
+          cij = std::fma(beta, cij, alpha * w[i * n + j]);
+        }
       return;
     }
     if (isa >= gemm_isa::avx512_bf16) {

@@ -18,15 +18,21 @@
 // is 16 + 2 additions instead of 32, within the fp32 bound gamma_{K+2} |A||B| (tested).
 // reproducible<P> policies keep to the fp32 kernels.
 //
-// K is cut into the fp32 kernels' blocks (kc = 256). Within a block an odd kc's last pair is
-// completed with +0 * +0, as in the AVX512-BF16 kernel; beyond it K is padded to a multiple of
-// 32 with -0 in A and +0 in B, and each padded product (-0) leaves its chain unchanged, the sign
+// The partial sums stay in fp32 from the first k to the last: a block of C keeps its four tiles
+// through a K block, and between K blocks the raw sums wait in C itself (beta == 0; the
+// dispatcher handles beta != 0 through a workspace), reloaded into the tiles for the next
+// block. K blocks are multiples of 32 k but the last, so the instructions cover k = 0..31,
+// 32..63, ... whatever the blocking or the thread count: C = alpha * S with S one chain of
+// instructions over all of K, a result independent of the blocking. The last instruction's
+// odd k is completed with +0 * +0, as in the AVX512-BF16 kernel; the rest of it is padded
+// with -0 in A and +0 in B, and each padded product (-0) leaves its chain unchanged, the sign
 // of a zero included.
 //
 // The tiles need the OS's permission (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), asked
-// once per process by cpu_has_amx_bf16) and a tile configuration per thread, loaded at every
-// call, since other code in the process (a oneDNN kernel, say) may configure or release the
-// tiles between calls.
+// once per process by cpu_has_amx_bf16) and a tile configuration per thread, loaded by each
+// thread when a GEMM starts (amx_bf16_begin): other code in the process (a oneDNN kernel, say)
+// may configure or release the tiles between GEMMs, but nothing runs on the thread between
+// the tile calls of one GEMM.
 #pragma once
 
 #include "precis/config.hpp"
@@ -148,18 +154,44 @@ struct alignas(64) amx_tile_config {
   std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) over d pair rows (a multiple of 16);
-/// A_panel is 32 rows of d pair dwords, B_panel d x 32 pair dwords, both zero-padded to the
-/// full tile. beta == 0 does not read C.
-PRECIS_TARGET_AMX_BF16 inline void amx_bf16_tile_kernel(index_t d, const std::uint32_t* __restrict a,
-                                                         const std::uint32_t* __restrict b, float* c, index_t rs_c,
-                                                         index_t cs_c, index_t mr, index_t nr, float alpha, float beta) {
+/// Loads the tile configuration on the calling thread (before its first amx_bf16_chain_kernel
+/// of a GEMM).
+PRECIS_TARGET_AMX_BF16 inline void amx_bf16_begin() {
   static const amx_tile_config config{};
   _tile_loadconfig(&config);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+}
+
+/// One K block of C[0:mr, 0:nr] = alpha * S: over d pair rows (a multiple of 16) of A_panel
+/// (32 rows of d pair dwords) and B_panel (d x 32 pair dwords), both zero-padded to the full
+/// tile. first: the sums start from +0, else from the raw sums an earlier block left in C;
+/// last: C = alpha * S, else C = S, raw, for the next block.
+PRECIS_TARGET_AMX_BF16 inline void amx_bf16_chain_kernel(index_t d, const std::uint32_t* __restrict a,
+                                                          const std::uint32_t* __restrict b, float* c, index_t rs_c,
+                                                          index_t cs_c, index_t mr, index_t nr, float alpha, bool first,
+                                                          bool last) {
+  // a whole 32 x 32 block with unit column stride moves between C and the tiles directly;
+  // anything else goes through a 32 x 32 buffer
+  const bool direct = mr == 32 && nr == 32 && cs_c == 1;
+  alignas(64) float buf[32 * 32];
+  const auto c_stride = static_cast<long>(rs_c * index_t{sizeof(float)});
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else if (direct) {
+    _tile_loadd(0, c, c_stride);
+    _tile_loadd(1, c + 16, c_stride);
+    _tile_loadd(2, c + 16 * rs_c, c_stride);
+    _tile_loadd(3, c + 16 * rs_c + 16, c_stride);
+  } else {
+    for (index_t i = 0; i < 32; ++i)
+      for (index_t j = 0; j < 32; ++j) buf[i * 32 + j] = i < mr && j < nr ? c[i * rs_c + j * cs_c] : 0.0f;
+    _tile_loadd(0, buf, 128);
+    _tile_loadd(1, buf + 16, 128);
+    _tile_loadd(2, buf + 16 * 32, 128);
+    _tile_loadd(3, buf + 16 * 32 + 16, 128);
+  }
   const auto stride_a = static_cast<long>(d * 4);
   for (index_t s = 0; s < d; s += 16) {
     _tile_loadd(4, a + s, stride_a);
@@ -171,12 +203,20 @@ PRECIS_TARGET_AMX_BF16 inline void amx_bf16_tile_kernel(index_t d, const std::ui
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  alignas(64) float ab[32 * 32];
-  _tile_stored(0, ab, 128);
-  _tile_stored(1, ab + 16, 128);
-  _tile_stored(2, ab + 16 * 32, 128);
-  _tile_stored(3, ab + 16 * 32 + 16, 128);
-  tile_epilogue(ab, index_t{32}, c, rs_c, cs_c, mr, nr, alpha, beta);
+  const bool scale = last && alpha != 1.0f;
+  if (direct && !scale) {
+    _tile_stored(0, c, c_stride);
+    _tile_stored(1, c + 16, c_stride);
+    _tile_stored(2, c + 16 * rs_c, c_stride);
+    _tile_stored(3, c + 16 * rs_c + 16, c_stride);
+    return;
+  }
+  _tile_stored(0, buf, 128);
+  _tile_stored(1, buf + 16, 128);
+  _tile_stored(2, buf + 16 * 32, 128);
+  _tile_stored(3, buf + 16 * 32 + 16, 128);
+  for (index_t i = 0; i < mr; ++i)
+    for (index_t j = 0; j < nr; ++j) c[i * rs_c + j * cs_c] = scale ? alpha * buf[i * 32 + j] : buf[i * 32 + j];
 }
 
 }  // namespace precis::detail
