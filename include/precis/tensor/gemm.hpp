@@ -378,15 +378,17 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   // stays within 512 KiB (in its own L2 next to the A block, on the AVX-512 machines measured
   // in docs/benchmarks.md): each packs its own B panels into its own buffer (no barrier) and
   // packs all of A (cheap next to the products on a few threads; not on many, nor next to
-  // the AMX kernel's products, so then the columns are split only when the rows cannot be).
+  // the AMX kernel's products, so then the columns are split only when the rows cannot be:
+  // then even 2 panels a thread will do, as for conv2d's products of a few output channels).
   // Otherwise (tall-skinny products such as im2col's, or wide ones whose B share would spill)
   // they split the rows and share the packed B. Either way each C entry is the same chain of
   // operations.
   const index_t n_panels = (std::min(bl.nc, n) + bl.nr - 1) / bl.nr;
   const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
   const bool rows_suffice = m_panels >= index_t{threads} && (amx || threads > 4);
+  const index_t min_panels = (m_panels < index_t{threads} ? 2 : 4) * index_t{threads};
   const gemm_split rule = gemm_split_in_use();
-  const bool split_n = threads > 1 && n_panels >= 4 * index_t{threads} &&
+  const bool split_n = threads > 1 && n_panels >= min_panels &&
                        (rule == gemm_split::columns ||
                         (rule == gemm_split::automatic && share_bytes <= (index_t{512} << 10) && !rows_suffice));
   threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
