@@ -145,6 +145,13 @@ TYPED_TEST(Gradcheck, ReusedValues) {
     const auto h = tanh(p[0]);
     return sum(mul(add(mul(h, h), h), p[1]));
   }, {rnd({3, 4}, -1, 1, 90), rnd({3, 4}, -1, 1, 91)}, 4);
+  // one value as query, key and value, and again through two views: the first contribution to
+  // a gradient is written, every later one added
+  this->check([](auto&, const auto& p) {
+    const auto h = tanh(p[0]);  // [batch, heads, tokens, features]
+    const auto back = permute(permute(h, Shape{0, 2, 1, 3}), Shape{0, 2, 1, 3});
+    return sum(mul(add(attention(h, h, h, {false, 0}), back), p[1]));
+  }, {rnd({2, 2, 3, 4}, -1, 1, 92), rnd({2, 2, 3, 4}, -1, 1, 93)}, 5);
 }
 
 /// Random programs of shape-preserving ops on [4, 6] values, interpreted on any tape.

@@ -1,4 +1,5 @@
 // Element-wise maps: every op against a reference computed far wider and rounded once.
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -168,5 +169,54 @@ TEST(ElementwiseMisc, LargeThreadedMatchesSmallChunks) {
   for (index_t i = 0; i < a.size(); i += 97) {
     const float prod = static_cast<float>(bfloat16(static_cast<float>(a(i)) * static_cast<float>(b(i))));
     EXPECT_EQ(static_cast<float>(r(i)), static_cast<float>(bfloat16(prod + static_cast<float>(a(i)))));
+  }
+}
+
+namespace {
+
+/// out = f(x, y) through map_into against element-by-element evaluation, for a permuted x (runs
+/// of `inner` elements), a y broadcast along every axis but the last, and an output that is
+/// itself a permuted view: the short-run path that gathers runs into chunks before converting.
+template <class X, class Y, class O>
+void expect_short_runs_match_elementwise(index_t inner) {
+  const Shape xs{3, 7, 5, inner};
+  const auto x_store = random_tensor<X>(xs, -4, 4, 21);
+  const auto x = x_store.permute(Shape{0, 2, 1, 3});  // [3, 5, 7, inner], runs of `inner`
+  const auto y = random_tensor<Y>(Shape{inner}, -4, 4, 22);
+  Tensor<O> out_store(xs);
+  const auto out = out_store.view().permute(Shape{0, 2, 1, 3});
+  const auto f = [](const float& a, const float& b) { return a * b - a; };
+  map_into<float>("test", out, f, x, y.view());
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 5; ++j)
+      for (index_t k = 0; k < 7; ++k)
+        for (index_t l = 0; l < inner; ++l) {
+          const O want = detail::store<O>(f(detail::load<float>(x(i, j, k, l)), detail::load<float>(y(l))));
+          ASSERT_EQ(std::memcmp(&out(i, j, k, l), &want, sizeof(O)), 0) << "at " << i << "," << j << "," << k << "," << l
+                                                                           << " inner " << inner;
+        }
+  // in place: the output is the same elements as the first input
+  Tensor<X> z_store = x_store;
+  const auto z = z_store.view().permute(Shape{0, 2, 1, 3});
+  map_into<float>("test", z, f, z.as_const(), y.view());
+  for (index_t i = 0; i < 3; ++i)
+    for (index_t j = 0; j < 5; ++j)
+      for (index_t k = 0; k < 7; ++k)
+        for (index_t l = 0; l < inner; ++l) {
+          const X want = detail::store<X>(f(detail::load<float>(x(i, j, k, l)), detail::load<float>(y(l))));
+          ASSERT_EQ(std::memcmp(&z(i, j, k, l), &want, sizeof(X)), 0) << "in place at " << i << "," << j << "," << k << "," << l;
+        }
+}
+
+}  // namespace
+
+TEST(ElementwiseMisc, ShortStridedRunsWithConversions) {
+  // 12 and 7 do not divide the 256-element chunks, so runs straddle them; 64 is the longest
+  // run gathered, 65 the shortest left to the run-by-run path
+  for (index_t inner : {1, 7, 12, 16, 64, 65}) {
+    expect_short_runs_match_elementwise<bfloat16, bfloat16, bfloat16>(inner);
+    expect_short_runs_match_elementwise<half, bfloat16, float>(inner);
+    expect_short_runs_match_elementwise<float, half, half>(inner);
+    expect_short_runs_match_elementwise<float8_e4m3, float, bfloat16>(inner);
   }
 }

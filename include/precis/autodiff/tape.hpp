@@ -404,6 +404,19 @@ class Tape {
         std::memcpy(to.data(), from.data(), static_cast<std::size_t>(from.size()) * sizeof(D));
         return;
       }
+      if (from.shape() == to.shape()) {  // a strided copy of the same format: no conversion
+        detail::check_map("precis::Tape::copy", to, from);
+        detail::strided_loop<2> loop;
+        loop.shape = to.shape();
+        loop.strides = {to.strides(), from.strides()};
+        loop.coalesce();
+        loop.run(0, to.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
+          D* o = to.data() + off[0];
+          const auto* i = from.data() + off[1];
+          for (index_t e = 0; e < count; ++e) o[e * st[0]] = i[e * st[1]];
+        });
+        return;
+      }
     }
     using A = detail::promote_t<default_compute_t<detail::remove_const_t<S>>, default_compute_t<D>>;
     map_into<A>("precis::Tape::copy", to, detail::identity{}, from);

@@ -137,9 +137,9 @@ struct attention : def<policy::safety::low_precision_safe> {
       if (gq.data()) ctx.gemm(detail::ad::matrix(aq, b), ds.as_const(), detail::ad::matrix(sv.k, b), true);
       if (gk.data()) ctx.gemm(detail::ad::matrix(ak, b), ds.as_const().transpose(), detail::ad::matrix(sv.q, b), true);
     }
-    if (gq.data()) op::cpu::add_into<Acc>("precis::attention", gq, aq.as_const());
-    if (gk.data()) op::cpu::add_into<Acc>("precis::attention", gk, ak.as_const());
-    if (gv.data()) op::cpu::add_into<Acc>("precis::attention", gv, av.as_const());
+    if (gq.data()) ctx.template add_into<Acc>("precis::attention", gq, aq.as_const());
+    if (gk.data()) ctx.template add_into<Acc>("precis::attention", gk, ak.as_const());
+    if (gv.data()) ctx.template add_into<Acc>("precis::attention", gv, av.as_const());
   }
 };
 

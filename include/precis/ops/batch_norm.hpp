@@ -134,9 +134,9 @@ struct batch_norm : def<policy::safety::needs_wide> {
           }
         }
     }
-    if (dx.data()) op::cpu::add_into<Acc>("precis::batch_norm", dx, dxa.as_const());
-    if (dgamma.data()) op::cpu::add_into<Acc>("precis::batch_norm", dgamma, dg.as_const());
-    if (dbeta.data()) op::cpu::add_into<Acc>("precis::batch_norm", dbeta, db.as_const());
+    if (dx.data()) ctx.template add_into<Acc>("precis::batch_norm", dx, dxa.as_const());
+    if (dgamma.data()) ctx.template add_into<Acc>("precis::batch_norm", dgamma, dg.as_const());
+    if (dbeta.data()) ctx.template add_into<Acc>("precis::batch_norm", dbeta, db.as_const());
   }
 };
 
@@ -196,7 +196,7 @@ struct embedding : def<policy::safety::low_precision_safe> {
       Acc* row = acc.data() + sv.indices[i] * d;
       for (index_t j = 0; j < d; ++j) row[j] += detail::ad::ld<Acc>(gy.data()[i * d + j]);
     }
-    op::cpu::add_into<Acc>("precis::embedding", gw, acc.as_const());
+    ctx.template add_into<Acc>("precis::embedding", gw, acc.as_const());
   }
 };
 

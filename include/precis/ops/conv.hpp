@@ -307,10 +307,10 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         }
       }
     }
-    if (want_x) op::cpu::add_into<Acc>("precis::conv2d", gxv, gx_acc.as_const());
-    if (want_w) op::cpu::add_into<Acc>("precis::conv2d", gwv, gw_acc.as_const());
+    if (want_x) ctx.template add_into<Acc>("precis::conv2d", gxv, gx_acc.as_const());
+    if (want_w) ctx.template add_into<Acc>("precis::conv2d", gwv, gw_acc.as_const());
     if constexpr (sizeof...(GX) == 3) {
-      if (want_b) op::cpu::add_into<Acc>("precis::conv2d", std::get<2>(gx), gb_acc.as_const());
+      if (want_b) ctx.template add_into<Acc>("precis::conv2d", std::get<2>(gx), gb_acc.as_const());
     }
   }
 };
@@ -543,7 +543,7 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
           acc.data()[pl * g.h * g.w + sv.at[o]] += detail::ad::ld<R>(gy.data()[o]);
         }
     });
-    op::cpu::add_into<R>("precis::max_pool2d", d, acc.as_const());
+    ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
   }
 };
 
@@ -604,7 +604,7 @@ struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
           }
         }
     }
-    op::cpu::add_into<R>("precis::avg_pool2d", d, acc.as_const());
+    ctx.template add_into<R>("precis::avg_pool2d", d, acc.as_const());
   }
 };
 

@@ -37,13 +37,17 @@ struct unary_def : def<S> {
     map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, x);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy,
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy,
                        const TensorView<const O>& y, const std::tuple<TensorView<const X>>& x,
                        const std::tuple<TensorView<GX>>& gx) {
     const auto& g = std::get<0>(gx);
     if (g.data() == nullptr) return;
-    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, fn_::add_derivative<D>{}, g.as_const(), gy,
-                                     std::get<0>(x), y);
+    if (ctx.take_fresh(g)) {
+      map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, D{}, gy, std::get<0>(x), y);
+    } else {
+      map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, fn_::add_derivative<D>{}, g.as_const(), gy,
+                                       std::get<0>(x), y);
+    }
   }
 };
 
@@ -78,14 +82,14 @@ struct binary_def : def<S> {
     const auto one = [&](const auto& g, auto d) {
       if (g.data() == nullptr) return;
       if (g.shape() == gy.shape()) {
-        detail::ad::accumulate<R>(name, g, d, gy, a, b, y);
+        ctx.template accumulate<R>(name, g, d, gy, a, b, y);
         return;
       }
       const auto full = ctx.template temp<Acc>(gy.shape());
       map_into<R>(name, full, d, gy, a, b, y);
       const auto red = ctx.template temp<Acc>(g.shape());
       detail::ad::sum_to_shape<Acc>(red, full.as_const());
-      op::cpu::add_into<R>(name, g, red.as_const());
+      ctx.template add_into<R>(name, g, red.as_const());
     };
     one(std::get<0>(gx), DA{});
     one(std::get<1>(gx), DB{});
@@ -461,7 +465,7 @@ struct where : def<policy::safety::promote> {
       map_into<R>("precis::where", full, [first](const R& cv, const R& gv) { return (cv != R(0)) == first ? gv : R(0); }, c, gy);
       const auto red = ctx.template temp<R>(g.shape());
       detail::ad::sum_to_shape<R>(red, full.as_const());
-      op::cpu::add_into<R>("precis::where", g, red.as_const());
+      ctx.template add_into<R>("precis::where", g, red.as_const());
     };
     pick(std::get<1>(gx), true);
     pick(std::get<2>(gx), false);
@@ -499,12 +503,12 @@ struct masked_fill : def<policy::safety::neutral> {
     map_into<R>("precis::masked_fill", y, [v](const R& xv, const R& mv) { return mv != R(0) ? v : xv; }, x, m);
   }
   template <class T, class Ctx, class G, class O, class X, class M, class GX, class GM>
-  static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>, TensorView<const M>>& x,
                        const std::tuple<TensorView<GX>, TensorView<GM>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
     using R = typename T::arithmetic;
-    detail::ad::accumulate<R>("precis::masked_fill", std::get<0>(gx),
+    ctx.template accumulate<R>("precis::masked_fill", std::get<0>(gx),
                               [](const R& g, const R& mv) { return mv != R(0) ? R(0) : g; }, gy, std::get<1>(x));
   }
 };

@@ -58,10 +58,10 @@ struct permute : def<policy::safety::neutral> {
     return x.permute(a.perm);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
-    op::cpu::add_into<detail::ad::arith_t<GX>>("precis::permute", std::get<0>(gx).permute(a.perm), gy);
+    ctx.template add_into<detail::ad::arith_t<GX>>("precis::permute", std::get<0>(gx).permute(a.perm), gy);
   }
 };
 
@@ -176,7 +176,7 @@ struct linear : def<policy::safety::low_precision_safe> {
           for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
         }
       }
-      op::cpu::add_into<default_compute_t<Acc>>("precis::linear", gb, col.as_const());
+      ctx.template add_into<default_compute_t<Acc>>("precis::linear", gb, col.as_const());
     }
   }
 };
@@ -234,7 +234,7 @@ struct bmm : def<policy::safety::low_precision_safe> {
       const auto acc = ctx.template zeros<Acc>(g.shape());
       const Shape ob = detail::ad::batch_of(own);
       for (index_t i = 0; i < yb.numel(); ++i) product(detail::ad::matrix(acc, detail::ad::broadcast_index(yb, ob, i)), i);
-      op::cpu::add_into<Acc>("precis::bmm", g, acc.as_const());
+      ctx.template add_into<Acc>("precis::bmm", g, acc.as_const());
     };
     const Shape ab = detail::ad::batch_of(sv.a.shape()), bb = detail::ad::batch_of(sv.b.shape());
     grad(std::get<0>(gx), sv.a.shape(), [&](const TensorView<Acc>& c, index_t i) {  // ga += g b^T

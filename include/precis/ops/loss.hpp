@@ -85,7 +85,7 @@ struct cross_entropy : def<policy::safety::needs_wide> {
     }
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>& in, const std::tuple<TensorView<GX>>& gin) {
     const auto& gx = std::get<0>(gin);
     if (gx.data() == nullptr) return;
@@ -93,6 +93,7 @@ struct cross_entropy : def<policy::safety::needs_wide> {
     const auto& x = std::get<0>(in);
     const index_t rows = x.shape()[0], k = x.shape()[1];
     const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
+    const bool fresh = ctx.take_fresh(gx);  // gx holds zeros: write, do not add
     for (index_t i = 0; i < rows; ++i) {
       const R lse = detail::ad::ld<R>(sv.lse[i]);
       for (index_t j = 0; j < k; ++j) {
@@ -100,7 +101,7 @@ struct cross_entropy : def<policy::safety::needs_wide> {
         const R p = exp(R(detail::ad::ld<R>(x(i, j)) - lse));
         const R d = g * (j == sv.labels[i] ? R(p - R(1)) : p);
         GX& gij = gx(i, j);
-        gij = detail::store<GX>(R(detail::ad::ld<R>(gij) + d));
+        gij = detail::store<GX>(fresh ? d : R(detail::ad::ld<R>(gij) + d));
       }
     }
   }
@@ -168,7 +169,7 @@ struct mse : def<policy::safety::needs_wide> {
     *y.data() = detail::store<O>(detail::ad::mean_of(sq.data(), sq.size()));
   }
   template <class T, class Ctx, class G, class O, class SP, class ST, class GP, class GT>
-  static void backward(const Ctx&, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const SP>, TensorView<const ST>>& in,
                        const std::tuple<TensorView<GP>, TensorView<GT>>& gin) {
     using R = typename T::arithmetic;
@@ -176,11 +177,11 @@ struct mse : def<policy::safety::needs_wide> {
     const R c = R(2) / R(static_cast<double>(p.size()));
     const TensorView<const G> g(gy.data(), Shape{});
     if (std::get<0>(gin).data()) {
-      detail::ad::accumulate<R>("precis::mse", std::get<0>(gin), [c](const R& gg, const R& a, const R& b) { return R(c * gg * (a - b)); },
+      ctx.template accumulate<R>("precis::mse", std::get<0>(gin), [c](const R& gg, const R& a, const R& b) { return R(c * gg * (a - b)); },
                                 g, p, t);
     }
     if (std::get<1>(gin).data()) {
-      detail::ad::accumulate<R>("precis::mse", std::get<1>(gin),
+      ctx.template accumulate<R>("precis::mse", std::get<1>(gin),
                                 [c](const R& gg, const R& a, const R& b) { return R(-c * gg * (a - b)); }, g, p, t);
     }
   }

@@ -110,6 +110,7 @@ struct layer_norm : def<policy::safety::needs_wide> {
     const R* gyr = contiguous_in<R>(ctx, gy.data(), gy.size());
     const auto gam = ctx.template temp<R>(Shape{d});
     for (index_t j = 0; j < d; ++j) gam(j) = detail::ad::ld<R>(gamma(j));
+    const bool fresh = ctx.take_fresh(gx);  // gx holds zeros: write dx, do not add it
     for (index_t i = 0; i < rows; ++i) {
       const R mu = detail::ad::ld<R>(sv.stats[2 * i]), rstd = detail::ad::ld<R>(sv.stats[2 * i + 1]);
       Acc m1(0), m2(0);  // sums of dxhat and dxhat xhat
@@ -128,17 +129,25 @@ struct layer_norm : def<policy::safety::needs_wide> {
         const R inv_d = R(1) / R(static_cast<double>(d)), s1 = detail::ad::ld<R>(m1), s2 = detail::ad::ld<R>(m2);
         GX* gi = gx.data() + i * d;
         if constexpr (std::is_same_v<GX, R>) {
-          for (index_t j = 0; j < d; ++j) gi[j] += rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+          if (fresh) {
+            for (index_t j = 0; j < d; ++j) gi[j] = rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+          } else {
+            for (index_t j = 0; j < d; ++j) gi[j] += rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+          }
         } else {
-          const R* old = detail::load_run<R>(gi, d, 1, &row(2, 0));
           R* dx = &row(2, 0);
-          for (index_t j = 0; j < d; ++j) dx[j] = R(old[j] + rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          if (fresh) {
+            for (index_t j = 0; j < d; ++j) dx[j] = R(rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          } else {
+            const R* old = detail::load_run<R>(gi, d, 1, dx);
+            for (index_t j = 0; j < d; ++j) dx[j] = R(old[j] + rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          }
           detail::store_run(dx, gi, d, 1);
         }
       }
     }
-    if (dg.data()) op::cpu::add_into<R>("precis::layer_norm", dg, dgamma.as_const());
-    if (db.data()) op::cpu::add_into<R>("precis::layer_norm", db, dbeta.as_const());
+    if (dg.data()) ctx.template add_into<R>("precis::layer_norm", dg, dgamma.as_const());
+    if (db.data()) ctx.template add_into<R>("precis::layer_norm", db, dbeta.as_const());
   }
 };
 

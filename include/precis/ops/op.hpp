@@ -57,12 +57,6 @@ const char* name_of() {
   return s.c_str();
 }
 
-/// gx += f(args...) element-wise, computed in A (args broadcast to gx's shape), rounded once.
-template <class A, class G, class F, class... V>
-void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) {
-  map_into<A>(op, gx, [f](const A& acc, const auto&... a) { return A(acc + f(a...)); }, TensorView<const G>(gx), args...);
-}
-
 /// Sums t over the axes that broadcasting added or stretched, into acc (a shape t's broadcasts
 /// from), in T.
 template <class T>
@@ -181,6 +175,7 @@ class cpu {
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
   void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
     using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
+    if (add && take_fresh(c)) add = false;
     const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     const auto al = static_cast<A>(alpha);
     if constexpr (std::is_same_v<G, A>) {
@@ -212,18 +207,73 @@ class cpu {
     Tape<policy::true_<float>>::copy_into(from, to);
   }
 
-  /// to += from element-wise (from broadcasts), in A, rounded once into to's storage.
+  /// to += from element-wise (from broadcasts), in A, rounded once into to's storage; a fresh
+  /// gradient is assigned instead (see mark_fresh).
   template <class A, class D, class S, class C>
-  static void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) {
+  void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) const {
+    if (take_fresh(to)) {
+      if constexpr (std::is_same_v<detail::remove_const_t<S>, D> && detail::converts_exactly<D, A>()) {
+        if (from.shape() == to.shape()) {  // v rounded once is v: a plain copy
+          copy(from, to);
+          return;
+        }
+      }
+      map_into<A>(op, to, detail::identity{}, from);
+      return;
+    }
     map_into<A>(op, to, [](const A& acc, const A& v) { return A(acc + v); }, to.as_const(), from);
   }
 
+  /// gx += f(args...) element-wise, computed in A (args broadcast to gx's shape), rounded once;
+  /// a fresh gradient is assigned f(args...) instead (see mark_fresh).
+  template <class A, class G, class F, class... V>
+  void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) const {
+    if (take_fresh(gx)) {
+      map_into<A>(op, gx, [f](const auto&... a) { return A(f(a...)); }, args...);
+    } else {
+      map_into<A>(op, gx, [f](const A& acc, const auto&... a) { return A(acc + f(a...)); }, TensorView<const G>(gx), args...);
+    }
+  }
+
+  /// Backward: the gradient buffer [p, p + bytes) was allocated for this node and holds zeros
+  /// that nothing has added into. The first write into it through add_into, accumulate or gemm
+  /// assigns instead of adding (the same values: 0 + v rounded once is v rounded once, except
+  /// that a -0 stays -0), which skips reading the zeros back; any later write adds.
+  void mark_fresh(const void* p, std::size_t bytes) const noexcept {
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin == nullptr) {
+        f = {static_cast<const unsigned char*>(p), bytes};
+        return;
+      }
+    }
+  }
+  /// Whether a write into v may assign: v starts at a fresh buffer's first element (its other
+  /// elements are still zero). Any write that starts inside a fresh buffer ends its freshness.
+  template <class T, class C>
+  bool take_fresh(const TensorView<T, C>& v) const noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    if (p == nullptr) return false;
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin != nullptr && !std::less<>{}(p, f.begin) && std::less<>{}(p, f.begin + f.bytes)) {
+        const bool at_start = p == f.begin;
+        f = {};
+        return at_start;
+      }
+    }
+    return false;
+  }
+
  private:
+  struct fresh_buffer {
+    const unsigned char* begin = nullptr;
+    std::size_t bytes = 0;
+  };
   Arena* temp_;
   Arena* keep_;
   bool saving_;
   gemm_isa max_isa_;
   fp8::scaling_state* fp8_;
+  mutable std::array<fresh_buffer, 4> fresh_{};
 };
 
 }  // namespace precis::op
@@ -346,6 +396,19 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
   const op::cpu ctx(t.scratch(), t.arena(), false, gemm_isa_for<P>(), fp8_state_of(t));
+  // the inputs' gradient buffers this node allocates hold zeros nothing has added into: the
+  // op's first write into each may assign (op::cpu::mark_fresh). A value that is two inputs
+  // is allocated, and marked, once.
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          const std::uint32_t id = st.in[I];
+          if (!t.slot(id).requires_grad || t.has_grad(id)) return;
+          const auto g = t.template grad_view<grad_t<P, S>>(id);
+          ctx.mark_fresh(g.data(), static_cast<std::size_t>(g.size()) * sizeof(grad_t<P, S>));
+        }(),
+        ...);
+  }(std::index_sequence_for<S...>{});
   using G = grad_t<P, O>;
   const TensorView<const G> gy = grad_ref<const G, P>{&t, n.out};  // allocated (zero) if never reached
   const TensorView<const O> y = value_ref<O, P>{&t, n.out};

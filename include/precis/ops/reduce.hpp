@@ -97,7 +97,7 @@ struct reduce_def : def<policy::safety::needs_wide> {
     }
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>& y,
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>& y,
                        const std::tuple<TensorView<const X>>& x, const std::tuple<TensorView<GX>>& gx) {
     const auto& g = std::get<0>(gx);
     if (g.data() == nullptr) return;
@@ -106,7 +106,7 @@ struct reduce_def : def<policy::safety::needs_wide> {
     const int ax = a.all ? 0 : normalize_axis(a.axis, xs.rank(), detail::ad::name_of<Op>());
     const Shape s = a.all ? Shape{} : detail::ad::keep_axis(xs, ax);
     const A count = A(static_cast<double>(a.all ? xs.numel() : xs[ax]));  // exact in A
-    detail::ad::accumulate<A>(detail::ad::name_of<Op>(), g,
+    ctx.template accumulate<A>(detail::ad::name_of<Op>(), g,
                               [count](const A& gg, const A& xv, const A& yv) { return D{}(gg, xv, yv, count); },
                               TensorView<const G>(gy.data(), s), std::get<0>(x), TensorView<const O>(y.data(), s));
   }
@@ -186,12 +186,12 @@ struct softmax_def : def<policy::safety::needs_wide> {
     });
     const TensorView<const Acc> sb(s.data(), detail::ad::keep_axis(y.shape(), axis));
     if constexpr (Log) {  // dx = g - softmax * sum(g)
-      detail::ad::accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx), [](const A& gg, const A& yy, const A& ss) {
+      ctx.template accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx), [](const A& gg, const A& yy, const A& ss) {
         using std::exp;
         return A(gg - exp(yy) * ss);
       }, g, y, sb);
     } else {  // dx = y (g - sum(g y))
-      detail::ad::accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx),
+      ctx.template accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx),
                                 [](const A& gg, const A& yy, const A& ss) { return A(yy * (gg - ss)); }, g, y, sb);
     }
   }

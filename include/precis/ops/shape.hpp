@@ -18,12 +18,12 @@ template <class Op>
 struct view_def : def<policy::safety::neutral> {
   static constexpr bool is_view = true;
   template <class T, class Ctx, class Attrs, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const Attrs& a, const saved<T>&, const TensorView<const G>& gy,
+  static void backward(const Ctx& ctx, const Attrs& a, const saved<T>&, const TensorView<const G>& gy,
                        const TensorView<const O>&, const std::tuple<TensorView<const X>>&,
                        const std::tuple<TensorView<GX>>& gx) {
     const auto& g = std::get<0>(gx);
     if (g.data() == nullptr) return;
-    op::cpu::add_into<detail::ad::arith_t<GX>>(detail::ad::name_of<Op>(), Op::view(a, g), gy);
+    ctx.template add_into<detail::ad::arith_t<GX>>(detail::ad::name_of<Op>(), Op::view(a, g), gy);
   }
 };
 
@@ -113,10 +113,10 @@ struct cat : def<policy::safety::promote> {
     return at + len;
   }
   /// gx += gy's slice at `at`; returns the next position.
-  template <class G, class GX>
-  static index_t take(const attrs& a, const TensorView<const G>& gy, index_t at, const TensorView<GX>& gx, index_t len) {
+  template <class Ctx, class G, class GX>
+  static index_t take(const Ctx& ctx, const attrs& a, const TensorView<const G>& gy, index_t at, const TensorView<GX>& gx, index_t len) {
     const int ax = normalize_axis(a.axis, gy.rank(), "precis::cat");
-    if (gx.data()) op::cpu::add_into<detail::ad::arith_t<GX>>("precis::cat", gx, gy.slice(ax, at, at + len));
+    if (gx.data()) ctx.template add_into<detail::ad::arith_t<GX>>("precis::cat", gx, gy.slice(ax, at, at + len));
     return at + len;
   }
   template <class T, class Ctx, class O, class... X>
@@ -125,12 +125,12 @@ struct cat : def<policy::safety::promote> {
     ((at = place(a, y, at, x)), ...);
   }
   template <class T, class Ctx, class G, class O, class... X, class... GX>
-  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>...>& x, const std::tuple<TensorView<GX>...>& gx) {
     const int ax = normalize_axis(a.axis, gy.rank(), "precis::cat");
     index_t at = 0;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((at = take(a, gy, at, std::get<I>(gx), std::get<I>(x).shape()[ax])), ...);
+      ((at = take(ctx, a, gy, at, std::get<I>(gx), std::get<I>(x).shape()[ax])), ...);
     }(std::index_sequence_for<X...>{});
   }
 };
@@ -163,13 +163,14 @@ template <class P, class S>
 void cat_backward(Tape<P>& t, const node_t<P>& n) {
   using G = grad_t<P, S>;
   const auto& st = *static_cast<const cat_state*>(n.state);
+  const op::cpu ctx(t.scratch(), t.arena(), false);  // no fresh buffers: every take adds
   const auto gy = t.template grad_view<G>(n.out).as_const();
   const int ax = normalize_axis(st.attrs.axis, gy.rank(), "precis::cat");
   index_t at = 0;
   for (std::size_t i = 0; i < st.count; ++i) {
     const std::uint32_t id = st.in[i];
     const index_t len = t.slot(id).shape[ax];
-    at = op::cat::take(st.attrs, gy, at, grad_or_empty<G>(t, id), len);
+    at = op::cat::take(ctx, st.attrs, gy, at, grad_or_empty<G>(t, id), len);
   }
 }
 }  // namespace detail::ad

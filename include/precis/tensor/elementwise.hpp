@@ -4,8 +4,10 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -102,6 +104,68 @@ void store_run(const C* buf, S* p, index_t n, index_t st) {
   }
 }
 
+/// dst[0, n) = src[0, n) for a short n: whole 32-byte blocks by fixed-size copies (inlined, no
+/// call into memcpy per run), then element by element.
+template <class T>
+void copy_short(const T* src, index_t n, T* dst) {
+  index_t i = 0;
+  if constexpr (std::is_trivially_copyable_v<T> && sizeof(T) <= 32 && 32 % sizeof(T) == 0) {
+    constexpr index_t block = 32 / sizeof(T);
+    for (; i + block <= n; i += block) std::memcpy(dst + i, src + i, 32);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+/// Up to Cap elements of strided runs (each with one offset and inner stride per operand),
+/// gathered into and scattered from dense blocks.
+template <std::size_t N, index_t Cap>
+struct gathered_runs {
+  struct run_t {
+    std::array<index_t, N> off, st;
+    index_t count;
+  };
+  std::array<run_t, static_cast<std::size_t>(Cap)> runs;
+  std::size_t nruns = 0;
+  index_t size = 0;
+
+  void add(const std::array<index_t, N>& off, index_t count, const std::array<index_t, N>& st) {
+    runs[nruns++] = run_t{off, st, count};
+    size += count;
+  }
+  void clear() {
+    nruns = 0;
+    size = 0;
+  }
+  /// Operand k's elements of every run, in order, into dst.
+  template <class S>
+  void gather(const S* base, std::size_t k, detail::remove_const_t<S>* dst) const {
+    for (std::size_t r = 0; r < nruns; ++r) {
+      const run_t& u = runs[r];
+      const S* p = base + u.off[k];
+      if (u.st[k] == 1) {
+        copy_short(p, u.count, dst);
+      } else {
+        for (index_t i = 0; i < u.count; ++i) dst[i] = p[i * u.st[k]];
+      }
+      dst += u.count;
+    }
+  }
+  /// src back to operand 0's (the output's) elements of every run.
+  template <class S>
+  void scatter(const S* src, S* base) const {
+    for (std::size_t r = 0; r < nruns; ++r) {
+      const run_t& u = runs[r];
+      S* p = base + u.off[0];
+      if (u.st[0] == 1) {
+        copy_short(src, u.count, p);
+      } else {
+        for (index_t i = 0; i < u.count; ++i) p[i * u.st[0]] = src[i];
+      }
+      src += u.count;
+    }
+  }
+};
+
 template <class OS, class OC, class... IS, class... IC>
 void check_map(const char* op, const TensorView<OS, OC>& out, const TensorView<IS, IC>&... in) {
   Shape b = out.shape();
@@ -194,6 +258,53 @@ PRECIS_IVDEP
   std::size_t k = 1;
   ((loop.strides[k++] = in.broadcast_to(out.shape()).strides()), ...);
   loop.coalesce();
+  // Short runs (a head's 16 features after a permute) with a conversion on the way: the runs of
+  // a chunk are gathered in their storage formats, converted and computed as one block, and
+  // scattered, so that each conversion and f run over a whole chunk rather than per run.
+  constexpr bool converts = !std::is_same_v<OS, C> || (!std::is_same_v<detail::remove_const_t<IS>, C> || ...);
+  if constexpr (converts) {
+    if (loop.shape[loop.shape.rank() - 1] <= detail::chunk / 4) {
+      detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15), [&](index_t begin, index_t end) {
+        detail::gathered_runs<N, detail::chunk> g;
+        std::tuple<std::array<detail::remove_const_t<IS>, detail::chunk>...> raw;
+        std::array<std::array<C, detail::chunk>, sizeof...(IS)> ibuf;
+        std::array<C, detail::chunk> obuf;
+        std::array<OS, detail::chunk> oraw;
+        auto flush = [&] {
+          const index_t n = g.size;
+          [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (g.gather(std::get<I>(inputs).data(), I + 1, std::get<I>(raw).data()), ...);
+            const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(std::get<I>(raw).data(), n, 1, ibuf[I].data())...};
+            if constexpr (requires { f.bulk(obuf.data(), src[I]..., n); }) {
+              f.bulk(obuf.data(), src[I]..., n);
+            } else {
+PRECIS_IVDEP
+              for (index_t i = 0; i < n; ++i) obuf.data()[i] = f(src[I][i]...);
+            }
+          }(std::make_index_sequence<sizeof...(IS)>{});
+          if constexpr (std::is_same_v<OS, C>) {
+            g.scatter(obuf.data(), out.data());
+          } else {
+            detail::store_run(obuf.data(), oraw.data(), n, 1);
+            g.scatter(oraw.data(), out.data());
+          }
+          g.clear();
+        };
+        loop.run(begin, end, [&](const std::array<index_t, N>& off, index_t count, const std::array<index_t, N>& st) {
+          for (index_t c0 = 0; c0 < count;) {
+            const index_t n = std::min(count - c0, detail::chunk - g.size);
+            std::array<index_t, N> o = off;
+            for (std::size_t q = 0; q < N; ++q) o[q] += c0 * st[q];
+            g.add(o, n, st);
+            c0 += n;
+            if (g.size == detail::chunk) flush();
+          }
+        });
+        if (g.size > 0) flush();
+      });
+      return;
+    }
+  }
   detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15),
                           [&](index_t begin, index_t end) { loop.run(begin, end, run); });
 }

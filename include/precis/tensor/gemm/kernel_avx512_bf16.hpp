@@ -36,16 +36,18 @@
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/spread.hpp"
 
-#define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,f16c,fma")))
+#define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")))
 
 namespace precis::detail {
 
-/// AVX512-BF16 usable: AVX-512F usable and CPUID.(EAX=7, ECX=1):EAX bit 5.
+/// AVX512-BF16 usable: AVX-512F usable, AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits
+/// 30 and 31; every CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.
 inline bool cpu_has_avx512_bf16() noexcept {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
     __cpuid_count(7, 0, a, b, c, d);
+    if (((b >> 30) & 3u) != 3u) return false;
     if (a < 1) return false;  // no sub-leaf 1
     __cpuid_count(7, 1, a, b, c, d);
     return ((a >> 5) & 1u) != 0;
@@ -70,6 +72,11 @@ inline std::uint32_t bf16_adjacent_pair(const std::uint16_t* x) noexcept {
   return (v << 16) | (v >> 16);
 }
 
+/// The first lanes of m of c, zero-extended to dwords; nothing read past them.
+PRECIS_TARGET_AVX512_BF16 inline __m512i bf16_widen_masked(__mmask16 m, const std::uint16_t* c) {
+  return _mm512_maskz_cvtepu16_epi32(all16, _mm256_maskz_loadu_epi16(m, c));
+}
+
 /// Packs rows [0, mc) x cols [0, kc) of bf16 A (row stride rs, column stride cs) into mr-row
 /// panels of ceil(kc / 2) pair dwords per row, interleaved by pair; rows and an odd k are padded
 /// with zeros.
@@ -80,8 +87,22 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_a_bf16_pairs(const bfloat16* a_, inde
   for (index_t i0 = 0; i0 < mc; i0 += mr) {
     std::uint32_t* panel = dst + i0 * kp;
     const index_t rows = std::min(mr, mc - i0);
+    if (rs == 1 && cs != 1 && rows == mr && mr <= 16) {
+      // column-major A (a transposed view): the panel's rows are adjacent in each column, so a
+      // pair of columns is two masked loads, widened to dwords, the first shifted high
+      const auto m = static_cast<__mmask16>((1u << mr) - 1u);
+      const std::uint16_t* x = a + i0;
+      for (index_t q = 0; q < even; ++q) {
+        const __m512i hi = _mm512_maskz_slli_epi32(all16, bf16_widen_masked(m, x + 2 * q * cs), 16);
+        _mm512_mask_storeu_epi32(panel + q * mr, m, _mm512_or_si512(hi, bf16_widen_masked(m, x + (2 * q + 1) * cs)));
+      }
+      if (kp != even) {
+        _mm512_mask_storeu_epi32(panel + even * mr, m, _mm512_maskz_slli_epi32(all16, bf16_widen_masked(m, x + (kc - 1) * cs), 16));
+      }
+      continue;
+    }
     if (rs == 1 && cs != 1 && rows == mr) {
-      // column-major A (a transposed view): the panel's rows are adjacent in each column
+      // column-major A, a tile taller than one vector
       const std::uint16_t* x = a + i0;
       for (index_t q = 0; q < even; ++q) {
         const std::uint16_t* c0 = x + 2 * q * cs;
