@@ -238,7 +238,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
                 if constexpr (sizeof...(B) > 0) {
                   for (index_t q = 0; q < p; ++q) in[q] = Acc(in[q] + bv);
                 }
-                op::cpu::copy(TensorView<const Acc>(in, Shape{p}), TensorView<O>(out, Shape{p}));  // rounded once, vectorized
+                detail::store_run(in, out, p, 1);  // rounded once, vectorized
               }
             }
           }

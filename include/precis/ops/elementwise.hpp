@@ -82,7 +82,11 @@ struct binary_def : def<S> {
     const auto one = [&](const auto& g, auto d) {
       if (g.data() == nullptr) return;
       if (g.shape() == gy.shape()) {
-        ctx.template accumulate<R>(name, g, d, gy, a, b, y);
+        if constexpr (requires { requires decltype(d)::passes_gradient; }) {
+          ctx.template add_into<R>(name, g, gy);  // no operand read (a copy of gy when g is fresh)
+        } else {
+          ctx.template accumulate<R>(name, g, d, gy, a, b, y);
+        }
         return;
       }
       const auto full = ctx.template temp<Acc>(gy.shape());
@@ -137,7 +141,13 @@ struct d_gelu {
 };
 struct reciprocal { template <class T> T operator()(const T& a) const { return T(1) / a; } };
 
-struct d_add_a { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return g; } };
+struct d_add_a {
+  static constexpr bool passes_gradient = true;  // the derivative is g itself
+  template <class T>
+  T operator()(const T& g, const T&, const T&, const T&) const {
+    return g;
+  }
+};
 struct d_sub_b { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return -g; } };
 struct d_mul_a { template <class T> T operator()(const T& g, const T&, const T& b, const T&) const { return g * b; } };
 struct d_mul_b { template <class T> T operator()(const T& g, const T& a, const T&, const T&) const { return g * a; } };
