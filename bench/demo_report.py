@@ -118,7 +118,7 @@ training images, seed {st['seed']}; test accuracy on the 10000 test images. Ever
 model starts from the same initial weights and sees the same batches. `make demo` trains the MLP
 under every policy (the emulated 16-bit "-true" policies for fewer epochs, beside a 32-true run
 of the same length as their reference) and the CNN and the ViT under 32-true, bf16-mixed and
-16-mixed (the CNN also under fp8-mixed), for a few epochs each (the epochs column); `make demo-full`
+16-mixed, for a few epochs each (the epochs column); `make demo-full`
 (`train_fashion_mnist --full`) runs every model under every policy for longer. How each model
 trains (`--lr` replaces the learning rates):
 

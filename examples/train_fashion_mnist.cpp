@@ -13,7 +13,7 @@
 //
 // Default plan: the MLP under every policy for 6 epochs, but the emulated 16-bit '-true' policies
 // (6-9x the time per epoch) for 3 beside a 32-true run of 3 epochs as their reference; the CNN and
-// the ViT under 32-true, bf16-mixed and 16-mixed for 3 epochs each, the CNN also under fp8-mixed.
+// the ViT under 32-true, bf16-mixed and 16-mixed for 3 epochs each.
 // --full: every model under every policy, the MLP for 12, the CNN for 8 and the ViT for 15
 // epochs. --policies and --epochs override either; --lr replaces every model's own learning rate
 // (MLP 0.05, CNN 0.1, ViT 3e-3: fashion_mnist/train.hpp).
@@ -65,16 +65,14 @@ bool emulated_16bit(const std::string& policy) { return policy == "bf16-true" ||
 /// The runs of a model, each a policy and its epochs, in table order: --policies and --epochs
 /// when given; otherwise the MLP runs every policy for 6 epochs but the emulated 16-bit ones for
 /// 3, beside a 32-true run of 3 epochs (their reference at the same length), and the CNN and
-/// the ViT run 32-true, bf16-mixed and 16-mixed for 3 epochs, the CNN also fp8-mixed. --full:
+/// the ViT run 32-true, bf16-mixed and 16-mixed for 3 epochs. --full:
 /// every model under every policy, more epochs, each model's runs all of the same length.
 struct run_spec {
   std::string policy;
   int epochs;
 };
 std::vector<run_spec> plan_for(const std::string& model, const settings& st) {
-  std::vector<std::string> policies = model == "mlp"   ? all_policies
-                                      : model == "cnn" ? std::vector<std::string>{"32-true", "bf16-mixed", "16-mixed", "fp8-mixed"}
-                                                       : std::vector<std::string>{"32-true", "bf16-mixed", "16-mixed"};
+  std::vector<std::string> policies = model == "mlp" ? all_policies : std::vector<std::string>{"32-true", "bf16-mixed", "16-mixed"};
   if (st.full) policies = all_policies;
   if (!st.policies.empty()) policies = st.policies;
   const int full = model == "mlp" ? 12 : model == "cnn" ? 8 : 15, normal = model == "mlp" ? 6 : 3;
@@ -211,7 +209,7 @@ std::vector<result> run_all(std::vector<job> plan, const data::labelled_images& 
                "  bf16-true+sr,16-true\n"
                "  default: the MLP under every policy for 6 epochs (the emulated 16-bit -true ones for 3, beside a 32-true\n"
                "  run of 3); the CNN (3 epochs) and the ViT (3 epochs) under\n"
-               "  32-true, bf16-mixed and 16-mixed, the CNN also fp8-mixed; --full runs every model under every policy,\n"
+               "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy,\n"
                "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n"
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
