@@ -252,6 +252,43 @@ TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
     limit_gemm_isa(before);
   }
 }
+
+TEST(Gemm16BitAccumulator, Bf16NaNsComeOutAsTheQuietNaN) {
+  // NaN inputs with every kind of payload (signalling, all mantissa bits set, either sign) and
+  // infinities whose products and sums give x86's default NaN: every NaN of C is 0x7fc0 or
+  // 0xffc0, as the portable arithmetic rounds one (the vector kernels skip that check inside
+  // their K loop), over full 6 x 32 tiles and ragged ones
+  const std::uint16_t odd[] = {0x7f81, 0xff81, 0x7fff, 0xffff, 0x7fc1, 0x7f80, 0xff80};
+  for (gemm_isa isa : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512}) {
+    if (isa > gemm_isa_available()) continue;
+    SCOPED_TRACE(to_string(isa));
+    const gemm_isa before = limit_gemm_isa(isa);
+    for (auto [m, k, n] : {std::tuple{12, 40, 64}, {7, 130, 33}}) {
+      Tensor<bfloat16> a({m, k}), b({k, n}), c({m, n});
+      fill_uniform(a, -2, 2, 5);
+      fill_uniform(b, -2, 2, 6);
+      std::mt19937_64 g(static_cast<std::uint64_t>(m + k + n));
+      for (int t = 0; t < 12; ++t) {
+        a.data()[g() % static_cast<std::uint64_t>(a.size())] = std::bit_cast<bfloat16>(odd[g() % 7]);
+        b.data()[g() % static_cast<std::uint64_t>(b.size())] = std::bit_cast<bfloat16>(odd[g() % 7]);
+      }
+      gemm<bfloat16>(bfloat16(1.0f), a, b, bfloat16(0.0f), c, 1);
+      const auto want = portable_16bit_gemm(bfloat16(1.0f), a.view(), b.view(), bfloat16(0.0f), c);
+      int nans = 0;
+      for (index_t i = 0; i < m; ++i)
+        for (index_t j = 0; j < n; ++j) {
+          const auto bits = std::bit_cast<std::uint16_t>(c(i, j));
+          ASSERT_TRUE(same_bits(c(i, j), want(i, j))) << "C(" << i << "," << j << ")";
+          if (std::isnan(static_cast<float>(c(i, j)))) {
+            ++nans;
+            ASSERT_EQ(bits & 0x7fffu, 0x7fc0u) << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n;
+          }
+        }
+      EXPECT_GT(nans, m * n / 8) << "the inputs should spread NaNs over C";
+    }
+    limit_gemm_isa(before);
+  }
+}
 /// The AVX-512 and AVX2 kernels (and the portable one, for the fp64 accumulator's order) give
 /// bit-identical results: every C entry is the same chain of FMAs over the same K blocks.
 /// Ragged tiles (m, n not multiples of 12 and 32), transposed views, several K blocks, alpha
