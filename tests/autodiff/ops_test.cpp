@@ -422,6 +422,8 @@ TEST(OpLayerReference, MaxPool2x2KeepsTheFirstLargestOrTheNaN) {
     check_max_pool_2x2<pol::named<"32-true">>(w);
     check_max_pool_2x2<pol::named<"bf16-mixed">>(w);
     check_max_pool_2x2<pol::named<"64-true">>(w);
+    check_max_pool_2x2<pol::named<"bf16-true">>(w);  // 16-bit in and out: selected in place
+    check_max_pool_2x2<pol::named<"16-true">>(w);
   }
 }
 TEST(OpLayerRegistry, TheTableListsEveryOpOnceAndEachIsADefinition) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -388,6 +389,82 @@ PRECIS_TARGET_AVX512 inline void max_pool_2x2_avx512(const float* r0, const floa
   _mm512_mask_storeu_ps(out, outs, bv);
   if (at) _mm512_mask_storeu_epi32(at, outs, best);
 }
+
+/// One element of each window's row pair (the low or high half of each 32-bit lane) as fp32,
+/// NaNs quieted as the bulk conversions quiet them.
+template <class S>
+PRECIS_TARGET_AVX512 inline __m512 max_pool_widen_avx512(__m512i dw, bool high) {
+  const __mmask16 all = 0xFFFF;
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    const __m512 v = _mm512_castsi512_ps(high ? _mm512_and_si512(dw, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))
+                                              : _mm512_maskz_slli_epi32(all, dw, 16));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(_mm512_castps_si512(v), nan, _mm512_castps_si512(v), _mm512_set1_epi32(0x00400000)));
+  } else {
+    const __m512i h = high ? _mm512_maskz_srli_epi32(all, dw, 16) : dw;
+    return _mm512_maskz_cvtph_ps(all, _mm512_maskz_cvtepi32_epi16(all, h));
+  }
+}
+
+/// max_pool_2x2_avx512 for 16-bit inputs and outputs of the same format S (half or bfloat16),
+/// read in place: each 32-bit load holds one window's pair of a row, so a row of n <= 16
+/// windows is one masked load, widened in the lanes (NaNs quieted, as the bulk conversions do).
+/// The winner goes back to S unchanged (quieted if a NaN): the same bits as widening the
+/// tensor, selecting in fp32 and rounding the winners to S.
+template <class S>
+PRECIS_TARGET_AVX512 inline void max_pool_2x2_avx512_16(const S* r0, const S* r1, index_t n, std::int32_t c, std::int32_t w,
+                                                        S* out, std::int32_t* at) {
+  const __mmask16 all = 0xFFFF;
+  const auto m = static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(n)) - 1u);
+  const __m512i d0 = _mm512_maskz_loadu_epi32(m, r0), d1 = _mm512_maskz_loadu_epi32(m, r1);
+  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c),
+                                               _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0));
+  __m512 bv = max_pool_widen_avx512<S>(d0, false);
+  __m512i best = first;
+  max_pool_consider_avx512(max_pool_widen_avx512<S>(d0, true), 1, first, bv, best);
+  max_pool_consider_avx512(max_pool_widen_avx512<S>(d1, false), w, first, bv, best);
+  max_pool_consider_avx512(max_pool_widen_avx512<S>(d1, true), w + 1, first, bv, best);
+  __m256i y;
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    y = _mm512_maskz_cvtepi32_epi16(all, _mm512_maskz_srli_epi32(all, _mm512_castps_si512(bv), 16));
+  } else {
+    y = _mm512_maskz_cvtps_ph(all, bv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  if (n == 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), y);
+  } else {
+    alignas(32) S tmp[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), y);
+    std::memcpy(static_cast<void*>(out), tmp, static_cast<std::size_t>(n) * sizeof(S));
+  }
+  if (at) _mm512_mask_storeu_epi32(at, m, best);
+}
+
+/// max_pool2d's backward for a row of n <= 16 disjoint 2 x 2 windows (the first at position c,
+/// rows w apart): each window's four inputs in rows r0 and r1 get 0 + g (the scalar loop's sum
+/// into zeros) where `at` names them, else zero; lanes interleaved back into the rows.
+PRECIS_TARGET_AVX512 inline void max_pool_2x2_grad_avx512(const float* g, const std::int32_t* at, index_t n, std::int32_t c,
+                                                          std::int32_t w, float* r0, float* r1) {
+  const __mmask16 all = 0xFFFF;
+  const auto mask = [](index_t bits) {
+    return static_cast<__mmask16>(bits >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(bits)) - 1u);
+  };
+  const __mmask16 m = mask(n), lo = mask(2 * n), hi = mask(2 * n - 16 > 0 ? 2 * n - 16 : 0);
+  const __m512 v = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(m, g));
+  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c),
+                                               _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0));
+  const __m512i off = _mm512_maskz_sub_epi32(all, _mm512_maskz_loadu_epi32(m, at), first);
+  const __m512i first_half = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i second_half = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  const __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_setzero_si512()), v);
+  const __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(1)), v);
+  const __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(w)), v);
+  const __m512 o1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(w + 1)), v);
+  _mm512_mask_storeu_ps(r0, lo, _mm512_permutex2var_ps(e0, first_half, o0));
+  _mm512_mask_storeu_ps(r0 + 16, hi, _mm512_permutex2var_ps(e0, second_half, o0));
+  _mm512_mask_storeu_ps(r1, lo, _mm512_permutex2var_ps(e1, first_half, o1));
+  _mm512_mask_storeu_ps(r1 + 16, hi, _mm512_permutex2var_ps(e1, second_half, o1));
+}
 #endif
 
 /// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
@@ -469,14 +546,41 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
     using R = detail::ad::arith_t<detail::remove_const_t<X>>;
-    const auto xc = ctx.template as<R>(x, false);  // widened once, vectorized (exact)
     const auto g = geometry_of(a, x.shape());
     std::int32_t* at = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
     const index_t planes = g.n * g.c;
+    const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0;
+#if PRECIS_X86_SIMD
+    // 16-bit windows in and out of one format: selected in place, no widened copy of x
+    if constexpr ((std::is_same_v<O, half> || std::is_same_v<O, bfloat16>) && std::is_same_v<detail::remove_const_t<X>, O>) {
+      if (two_by_two && x.is_contiguous() && detail::cpu_has_avx512f()) {
+        const auto wi = static_cast<std::int32_t>(g.w);
+        detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+          for (index_t pl = p0; pl < p1; ++pl) {
+            const O* in = x.data() + pl * g.h * g.w;
+            O* yp = y.data() + pl * g.plane();
+            std::int32_t* ap = at ? at + pl * g.plane() : nullptr;
+            for (index_t oh = 0; oh < g.ho; ++oh) {
+              const O* r0 = in + 2 * oh * g.w;
+              const auto row = static_cast<std::int32_t>(2 * oh * g.w);
+              for (index_t o0 = 0; o0 < g.wo; o0 += 16) {
+                conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, std::min<index_t>(16, g.wo - o0),
+                                                    row + 2 * static_cast<std::int32_t>(o0), wi, yp + oh * g.wo + o0,
+                                                    ap ? ap + oh * g.wo + o0 : nullptr);
+              }
+            }
+          }
+        });
+        sv.at = at;
+        return;
+      }
+    }
+#endif
+    const auto xc = ctx.template as<R>(x, false);  // widened once, vectorized (exact)
     detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
     for (index_t pl = p0; pl < p1; ++pl) {
       const auto* in = xc.data() + pl * g.h * g.w;
-      if (g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0) {
+      if (two_by_two) {
         O* yp = y.data() + pl * g.plane();
         if (at) conv_detail::max_pool_2x2<true>(in, g.w, g.ho, g.wo, yp, at + pl * g.plane());
         else conv_detail::max_pool_2x2<false>(in, g.w, g.ho, g.wo, yp, at);
@@ -536,6 +640,51 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     const auto g = geometry_of(a, d.shape());
     const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
     const index_t planes = g.n * g.c;
+    if (!std::is_same_v<detail::remove_const_t<G>, R> && g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 &&
+        g.pad[0] == 0 && g.pad[1] == 0 && g.wo > 0 && g.wo <= detail::chunk) {
+      // disjoint 2 x 2 windows and 16-bit gradients: each input gets its window's gradient
+      // (0 + g, as the sum below has it) or zero, written a row of windows at a time from
+      // gradients widened in runs of whole rows (fp32 gradients: the sum below is as fast)
+      const index_t wo = g.wo, rows_per = detail::chunk / wo;
+      const auto wi = static_cast<std::int32_t>(g.w);
+      detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+        std::array<R, detail::chunk> buf;
+        for (index_t pl = p0; pl < p1; ++pl)
+          for (index_t oh0 = 0; oh0 < g.ho; oh0 += rows_per) {
+            const index_t rows = std::min(rows_per, g.ho - oh0), o = (pl * g.ho + oh0) * wo;
+            const R* gv = detail::load_run<R>(gy.data() + o, rows * wo, index_t{1}, buf.data());
+            for (index_t r = 0; r < rows; ++r) {
+              const index_t oh = oh0 + r;
+              const std::int32_t* ap = sv.at + o + r * wo;
+              const R* gr = gv + r * wo;
+              R* r0 = acc.data() + pl * g.h * g.w + 2 * oh * g.w;
+              R* r1 = r0 + g.w;
+              const auto c0 = static_cast<std::int32_t>(2 * oh * g.w);
+#if PRECIS_X86_SIMD
+              if constexpr (std::is_same_v<R, float>) {
+                if (detail::cpu_has_avx512f()) {
+                  for (index_t o0 = 0; o0 < wo; o0 += 16) {
+                    conv_detail::max_pool_2x2_grad_avx512(gr + o0, ap + o0, std::min<index_t>(16, wo - o0),
+                                                          c0 + 2 * static_cast<std::int32_t>(o0), wi, r0 + 2 * o0, r1 + 2 * o0);
+                  }
+                  continue;
+                }
+              }
+#endif
+              for (index_t j = 0; j < wo; ++j) {
+                const R v = R(0) + gr[j];
+                const std::int32_t off = ap[j] - (c0 + 2 * static_cast<std::int32_t>(j));
+                r0[2 * j] = off == 0 ? v : R(0);
+                r0[2 * j + 1] = off == 1 ? v : R(0);
+                r1[2 * j] = off == wi ? v : R(0);
+                r1[2 * j + 1] = off == wi + 1 ? v : R(0);
+              }
+            }
+          }
+      });
+      ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
+      return;
+    }
     detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
       for (index_t pl = p0; pl < p1; ++pl)
         for (index_t q = 0; q < g.plane(); ++q) {
