@@ -234,6 +234,7 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
       {{{1, 1}, {2, 2}, {2, 2}, 1}, {1, 2, 5, 5}, {3, 2, 3, 3}},  // dilated, same size
       {{{1, 1}, {2, 1}, {1, 1}, 1}, {1, 2, 4, 6}, {2, 2, 5, 3}},  // taps past both edges
       {{{1, 2}, {0, 1}, {1, 1}, 1}, {2, 2, 5, 7}, {3, 2, 2, 3}},  // horizontal stride
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 2, 5, 4}, {10, 2, 3, 3}},  // 10 channels: bias sums 8 side by side, then 2
   };
   unsigned seed = 200;
   for (const auto& [o, xs, ws] : cases) {
