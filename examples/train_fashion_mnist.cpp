@@ -1,6 +1,11 @@
 // The main demo: an MLP (784-256-128-10, ReLU), a small CNN and a small vision transformer,
 // each trained on Fashion-MNIST (cross-entropy; SGD with momentum for the MLP and the CNN, AdamW
 // for the ViT; cosine learning-rate decay) under the named precision policies, side by side. `make demo` runs the default plan, `make demo-full` the full one.
+// Two programs from this file: train_fashion_mnist has the runs of the default plan compiled in
+// (the MLP under every policy, the CNN and the ViT under 32-true, bf16-mixed and 16-mixed) and
+// names the program to use for any other; train_fashion_mnist_full, the same objects and
+// fashion_mnist/cnn_vit_more.cpp, has every model under every policy and takes half as long
+// again to build.
 //
 //   train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]
 //                       [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
@@ -72,7 +77,7 @@ struct run_spec {
   int epochs;
 };
 std::vector<run_spec> plan_for(const std::string& model, const settings& st) {
-  std::vector<std::string> policies = model == "mlp" ? all_policies : std::vector<std::string>{"32-true", "bf16-mixed", "16-mixed"};
+  std::vector<std::string> policies = model == "mlp" ? all_policies : conv_default_policies;
   if (st.full) policies = all_policies;
   if (!st.policies.empty()) policies = st.policies;
   const int full = model == "mlp" ? 12 : model == "cnn" ? 8 : 15, normal = model == "mlp" ? 6 : 3;
@@ -130,11 +135,29 @@ model_info info(const std::string& model, const settings& st) {
   return of(std::type_identity<Vit<F>>{});
 }
 
+bool in_conv_default(const std::string& policy) {
+  return std::find(conv_default_policies.begin(), conv_default_policies.end(), policy) != conv_default_policies.end();
+}
+
+/// Whether this program has the run of `model` under `policy` compiled in.
+bool compiled_in(const std::string& model, const std::string& policy) {
+  return model == "mlp" || in_conv_default(policy) || run_cnn_vit_more != nullptr;
+}
+
+/// What this program cannot run, and which one can: for a plan with runs it lacks.
+std::string not_compiled_in(const std::string& runs) {
+  return runs + ": this program (make demo) has the MLP under every policy and the CNN and the ViT under 32-true, "
+                "bf16-mixed and 16-mixed; train_fashion_mnist_full has every model under every policy (make demo-full "
+                "builds and runs it; cmake --build --preset release --target train_fashion_mnist_full builds it)";
+}
+
 result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
            const settings& st, const cluster& cl, int epochs) {
   const request q{model, name, tr, te, st, cl, epochs};
-  if (name == "32-true" || name == "64-true" || name == "bf16-mixed" || name == "16-mixed") return run_wide_mixed(q);
-  return run_fp8_true16(q);
+  if (model == "mlp") return run_mlp(q);
+  if (in_conv_default(name)) return run_cnn_vit_mixed(q);
+  if (run_cnn_vit_more == nullptr) throw precis::usage_error("train_fashion_mnist: " + not_compiled_in("the " + model + " under " + name));
+  return run_cnn_vit_more(q);
 }
 
 /// One training run of the plan; `row` is its place in the tables.
@@ -198,6 +221,14 @@ std::vector<result> run_all(std::vector<job> plan, const data::labelled_images& 
   return rows;
 }
 
+/// The runs this program has compiled in, for the usage text.
+const char* program_note() {
+  return run_cnn_vit_more != nullptr
+             ? ""
+             : "  (this program has the default plan's runs compiled in, and any run of the MLP; --full and the CNN and\n"
+               "  the ViT under the other policies need train_fashion_mnist_full, which make demo-full builds and runs)\n";
+}
+
 [[noreturn]] void usage(const std::string& why) {
   const bool help = why == "help";  // asked for: the text on stdout, exit 0
   std::fprintf(help ? stdout : stderr,
@@ -211,10 +242,11 @@ std::vector<result> run_all(std::vector<job> plan, const data::labelled_images& 
                "  run of 2); the CNN (3 epochs) and the ViT (3 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy,\n"
                "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n"
+               "%s"
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
                "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n",
-               help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str());
+               help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str(), program_note());
   std::exit(help ? 0 : 2);
 }
 
@@ -243,6 +275,7 @@ settings parse(int argc, char** argv) {
       continue;
     }
     if (flag == "--full") {
+      if (run_cnn_vit_more == nullptr) usage(not_compiled_in("--full"));
       st.full = true;
       continue;
     }
@@ -382,9 +415,15 @@ int main(int argc, char** argv) {
 #endif
   if (st.distributed && st.jobs > 1) usage("--jobs " + std::to_string(st.jobs) + ": a --distributed run trains one run at a time");
   std::vector<job> plan_jobs;
+  std::string missing;  // the runs of the plan this program lacks, before any training
   for (const auto& m : st.models) {
-    for (const auto& r : plan_for(m, st)) plan_jobs.push_back({m, r.policy, r.epochs, plan_jobs.size()});
+    for (const auto& r : plan_for(m, st)) {
+      plan_jobs.push_back({m, r.policy, r.epochs, plan_jobs.size()});
+      const std::string what = "the " + m + " under " + r.policy;
+      if (!compiled_in(m, r.policy) && missing.find(what) == std::string::npos) missing += (missing.empty() ? "" : ", ") + what;
+    }
   }
+  if (!missing.empty()) usage(not_compiled_in(missing));
   const int jobs = static_cast<int>(std::min<std::size_t>(
       plan_jobs.size(), static_cast<std::size_t>(st.jobs > 0 ? st.jobs : (threads >= 2 && !st.distributed ? 2 : 1))));
   const int threads_each = std::max(1, threads / jobs);

@@ -41,6 +41,8 @@ namespace pol = precis::policy;
 inline const std::vector<std::string> all_policies = {"32-true",   "64-true",     "bf16-mixed",   "16-mixed", "fp8-mixed",
                                                "fp8-mixed/unscaled", "bf16-true", "bf16-true+sr", "16-true"};
 inline const std::vector<std::string> all_models = {"mlp", "cnn", "vit"};
+/// The policies the CNN and the ViT train under in the default plan.
+inline const std::vector<std::string> conv_default_policies = {"32-true", "bf16-mixed", "16-mixed"};
 
 // ---- the three models; each maps a batch of flattened images [B, 784] to logits [B, 10] ----------
 //
@@ -431,20 +433,22 @@ struct request {
   int epochs;
 };
 
-/// The run of q.model under the policy P, with the loss scaler Scaler and the master weights'
-/// update rounding `how`.
-template <class P, class Scaler = optim::NoLossScaler>
-result train_model(const request& q, optim::update_rounding how = optim::update_rounding::nearest) {
-  if (q.model == "mlp") return train<Mlp, P>(q.model, q.policy, q.tr, q.te, q.st, q.cl, Scaler{}, how, q.epochs);
-  if (q.model == "cnn") return train<Cnn, P>(q.model, q.policy, q.tr, q.te, q.st, q.cl, Scaler{}, how, q.epochs);
-  return train<Vit, P>(q.model, q.policy, q.tr, q.te, q.st, q.cl, Scaler{}, how, q.epochs);
+/// The run of q.model (a Model) under the policy P, with the loss scaler Scaler and the master
+/// weights' update rounding `how`.
+template <template <class> class Model, class P, class Scaler = optim::NoLossScaler>
+result train_run(const request& q, optim::update_rounding how = optim::update_rounding::nearest) {
+  return train<Model, P>(q.model, q.policy, q.tr, q.te, q.st, q.cl, Scaler{}, how, q.epochs);
 }
 
-// The runs of each half of the policies, each half compiled in a translation unit of its own
-// (the file named), so that a 2-core build compiles them side by side (40 s against 56 s for one
-// file on a 2-core AMD EPYC): what a policy needs (its ops, GEMMs and optimizer) is compiled
-// once, for all three models.
-result run_wide_mixed(const request& q);  // wide_mixed.cpp: 32-true, 64-true, bf16-mixed, 16-mixed
-result run_fp8_true16(const request& q);  // fp8_true16.cpp: fp8-mixed(/unscaled), bf16-true(+sr), 16-true
+// The runs, in translation units of their own (the file named) that a 2-core build compiles side
+// by side; what a policy needs (its ops, GEMMs and optimizer) is compiled once for the models
+// beside it. The first two hold the default plan (`make demo`); the CNN and the ViT under the
+// other policies are compiled into train_fashion_mnist_full only (`make demo-full`): they would
+// make the default build half as long again, for runs it does not make.
+result run_mlp(const request& q);            // mlp_runs.cpp: the MLP under every policy
+result run_cnn_vit_mixed(const request& q);  // cnn_vit_mixed.cpp: the CNN and the ViT under conv_default_policies
+/// cnn_vit_more.cpp: the CNN and the ViT under the other policies, where the program has them
+/// (that file sets this pointer while the program starts); null in train_fashion_mnist.
+inline result (*run_cnn_vit_more)(const request& q) = nullptr;
 
 }  // namespace fashion_mnist
