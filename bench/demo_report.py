@@ -119,8 +119,8 @@ model starts from the same initial weights and sees the same batches. `make demo
 under every policy (the emulated 16-bit "-true" policies for fewer epochs, beside a 32-true run
 of the same length as their reference) and the CNN and the ViT under 32-true, bf16-mixed and
 16-mixed, for a few epochs each (the epochs column); `make demo-full`
-(`train_fashion_mnist --full`) runs every model under every policy for longer. How each model
-trains (`--lr` replaces the learning rates):
+(`train_fashion_mnist_full --full`: the program with every run compiled in) runs every model
+under every policy for longer. How each model trains (`--lr` replaces the learning rates):
 
 {training(data, st)}
 
