@@ -2,9 +2,12 @@
 // length 0..67, unaligned starts, every mode and overflow choice, both directions.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "precis/tensor/gemm.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -97,10 +100,10 @@ void check_decode8_kernels() {
       ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << kernel << " pattern 0x" << std::hex << unsigned{src[i]};
     }
   };
-  if (!precis::detail::cpu_has_avx2_f16c()) GTEST_SKIP() << "AVX2 and F16C are not available on this CPU (or OS)";
+  if (!precis::detail::cpu_has_avx2_f16c()) GTEST_SKIP() << "AVX2 and F16C are not available on this CPU (or OS, or PRECIS_ISA caps them)";
   std::vector<float> got(src.size());
   check("avx2", precis::detail::decode_to_float_avx2<lay>(src.data(), got.data(), src.size()), got);
-  if (!precis::detail::cpu_has_avx512f()) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS)";
+  if (!precis::detail::cpu_has_avx512f()) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   std::fill(got.begin(), got.end(), 0.0f);
   check("avx512", precis::detail::decode8_to_float_avx512<lay>(src.data(), got.data(), src.size()), got);
 }
@@ -163,3 +166,18 @@ TEST(Convert, ErrorsLeaveTheDestinationUntouched) {
 }
 
 }  // namespace
+
+// PRECIS_ISA caps every kernel's instruction set (ctest runs this binary again under
+// PRECIS_ISA=avx2 and =portable: the conversions above then take the lower paths and must give
+// the same bits).
+TEST(IsaCap, FollowsTheEnvironment) {
+  const char* e = std::getenv("PRECIS_ISA");
+  if (e == nullptr || std::string(e) == "all") GTEST_SKIP() << "PRECIS_ISA is not set: nothing is capped";
+  const std::string cap(e);
+  EXPECT_FALSE(precis::detail::cpu_has_avx512f()) << "PRECIS_ISA=" << cap;
+  EXPECT_LE(precis::gemm_isa_available(), precis::gemm_isa::avx2) << "PRECIS_ISA=" << cap;
+  if (cap == "portable") {
+    EXPECT_FALSE(precis::detail::cpu_has_avx2_f16c());
+    EXPECT_EQ(precis::gemm_isa_available(), precis::gemm_isa::portable);
+  }
+}

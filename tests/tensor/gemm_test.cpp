@@ -314,7 +314,7 @@ void expect_isas_identical(index_t m, index_t k, index_t n, bool ta, bool tb, do
 }
 
 TEST(GemmKernels, Avx512BitIdenticalToAvx2) {
-  if (gemm_isa_available() < gemm_isa::avx512) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 5, 17}, {13, 300, 33}, {37, 129, 70}, {130, 600, 97}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
@@ -515,7 +515,7 @@ void expect_bf16_dot_flushes_denormals() {
 }
 
 TEST(GemmBf16Dot, TheInstructionMatchesItsScalarModel) {
-  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
 #if PRECIS_X86_SIMD
   // 2^20 lanes: exponents near 1 (rounding of every fma), tiny (fp32-denormal products and
   // bf16 denormal inputs), anywhere (infinities and NaNs), exact cancellation, and accumulators
@@ -551,27 +551,27 @@ TEST(GemmBf16Dot, TheInstructionMatchesItsScalarModel) {
 }
 
 TEST(GemmBf16Dot, TheGemmComputesTheModelBitForBit) {
-  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   const isa_cap cap(gemm_isa::avx512_bf16);
   ASSERT_EQ(gemm_isa_in_use(), gemm_isa::avx512_bf16);
   expect_bf16_dot_model_cases(false);
 }
 
 TEST(GemmBf16Dot, BitIdenticalToTheFp32KernelsWithoutDenormals) {
-  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   const isa_cap cap(gemm_isa::avx512_bf16);
   expect_bf16_dot_identical_to_fp32_kernels();
 }
 
 TEST(GemmBf16Dot, FlushesTheDenormalsTheFp32KernelsKeep) {
-  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   const isa_cap cap(gemm_isa::avx512_bf16);
   expect_bf16_dot_flushes_denormals();
 }
 
 // The AMX kernel: its own arithmetic (two chains per instruction, kernel_amx_bf16.hpp), checked
 // against its scalar model bit for bit, against the fp32 bound, and for the flushes.
-constexpr const char* no_amx = "AMX-BF16 is not available on this CPU (or OS, or the process was refused the tile data)";
+constexpr const char* no_amx = "AMX-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it, or the process was refused the tile data)";
 
 TEST(GemmAmx, TheGemmComputesTheModelBitForBit) {
   if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
@@ -639,7 +639,7 @@ TEST(GemmAmx, TheModelMatchesEveryRecordedOutput) {
 TEST(GemmAmx, PacksPairsInKOrder) {
   // the packing needs AVX512-BF16 only, so it is checked beyond AMX machines: A rows of k-ordered
   // bf16 (an odd K completed with +0, then -0 to 16 pairs), B rows of pairs (k low, k + 1 high)
-  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS)";
+  if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
 #if PRECIS_X86_SIMD
   const index_t m = 5, k = 7, n = 40, mr = 32, nr = 32, kp16 = 16;
   Tensor<bfloat16> a({m, k}), b({k, n}), bt({n, k});

@@ -15,7 +15,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
+#include "precis/error.hpp"
 #include "precis/format/detail/bit_format.hpp"
 
 // Functions compiled for AVX2/F16C/FMA whatever the translation unit's flags (also used by the
@@ -25,10 +28,30 @@
 
 namespace precis::detail {
 
+/// The highest instruction-set level precis may use on this process's CPU: 2 (everything it
+/// finds), 1 (AVX2, F16C and FMA, not AVX-512: as on a CPU without it) or 0 (portable code
+/// only), from the environment variable PRECIS_ISA (all, avx2 or portable), read once. Every
+/// kernel (conversions, pooling, the GEMM, the optimizers) asks through the cpu_has_ functions
+/// below, so the cap makes a machine behave as an older one: for testing the AVX2 paths on an
+/// AVX-512 machine and for timing them. PRECIS_GEMM_ISA caps the GEMM alone.
+inline int isa_cap() {
+  static const int cap = [] {
+    const char* e = std::getenv("PRECIS_ISA");
+    if (e == nullptr) return 2;
+    const std::string v(e);
+    if (v == "all") return 2;
+    if (v == "avx2") return 1;
+    if (v == "portable") return 0;
+    throw invalid_argument("precis: PRECIS_ISA=\"" + v + "\"; expected all, avx2 or portable");
+  }();
+  return cap;
+}
+
 /// AVX2 and F16C present and their registers enabled by the OS (CPUID + XGETBV; Clang 14's
-/// __builtin_cpu_supports does not know "f16c").
-inline bool cpu_has_avx2_f16c() noexcept {
+/// __builtin_cpu_supports does not know "f16c"), and the PRECIS_ISA cap at avx2 or above.
+inline bool cpu_has_avx2_f16c() {
   static const bool ok = [] {
+    if (isa_cap() < 1) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
     const bool f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u, osxsave = (c >> 27) & 1u;
@@ -44,11 +67,11 @@ inline bool cpu_has_avx2_f16c() noexcept {
 }
 
 /// AVX-512F usable (with AVX2, F16C and FMA): the CPU has it and the OS saves the opmask and zmm
-/// state (XCR0 bits 5-7).
-inline bool cpu_has_avx512f() noexcept {
+/// state (XCR0 bits 5-7), and PRECIS_ISA does not cap it.
+inline bool cpu_has_avx512f() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d) || ((c >> 12) & 1u) == 0) return false;
+    if (isa_cap() < 2 || !cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d) || ((c >> 12) & 1u) == 0) return false;
     __cpuid_count(7, 0, a, b, c, d);
     if (((b >> 16) & 1u) == 0) return false;
     unsigned xcr0_lo = 0, xcr0_hi = 0;

@@ -89,7 +89,7 @@ inline bool cpu_is_amd() noexcept {
 /// GFLOP/s on one core) and the bf16 GEMM at 81 against 150 GFLOP/s for the widening path, so
 /// other CPUs widen. PRECIS_GEMM_ISA=avx512_bf16 or limit_gemm_isa(gemm_isa::avx512_bf16)
 /// selects the kernel anyway.
-inline gemm_isa gemm_isa_default_cap() noexcept {
+inline gemm_isa gemm_isa_default_cap() {
 #if PRECIS_X86_SIMD
   if (cpu_has_amx_bf16()) return gemm_isa::amx_bf16;
 #endif
@@ -115,7 +115,7 @@ inline std::atomic<int>& gemm_isa_cap() {
 }  // namespace detail
 
 /// The highest level this CPU (and its OS) supports.
-inline gemm_isa gemm_isa_available() noexcept {
+inline gemm_isa gemm_isa_available() {
 #if PRECIS_X86_SIMD
   if (detail::cpu_has_amx_bf16()) return gemm_isa::amx_bf16;
   if (detail::cpu_has_avx512_bf16()) return gemm_isa::avx512_bf16;

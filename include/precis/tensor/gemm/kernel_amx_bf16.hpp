@@ -60,7 +60,7 @@ namespace precis::detail {
 /// AMX-BF16 usable: AVX512-BF16 usable (its conversions and epilogue), CPUID.(EAX=7, ECX=0):EDX
 /// bits 22 (AMX-BF16) and 24 (AMX-TILE), the OS saving tile state (XCR0 bits 17 and 18), and,
 /// on Linux, the permission to use the tile data granted to this process.
-inline bool cpu_has_amx_bf16() noexcept {
+inline bool cpu_has_amx_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512_bf16()) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;

@@ -31,7 +31,7 @@
 namespace precis::detail {
 
 /// AVX2 (with F16C) and FMA usable.
-inline bool cpu_has_avx2_fma() noexcept {
+inline bool cpu_has_avx2_fma() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d)) return false;

@@ -42,7 +42,7 @@ namespace precis::detail {
 
 /// AVX512-BF16 usable: AVX-512F usable, AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits
 /// 30 and 31; every CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.
-inline bool cpu_has_avx512_bf16() noexcept {
+inline bool cpu_has_avx512_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
     unsigned a = 0, b = 0, c = 0, d = 0;
