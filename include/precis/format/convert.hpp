@@ -93,8 +93,10 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
     if constexpr (avx2_encodable(bf::lay) && sizeof(To) == sizeof(typename bf::bits_type)) {
       if (cpu_has_avx2_f16c()) {
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
-          if (mode == rounding::nearest_even && ov == overflow::infinity && cpu_has_avx512f()) {
-            done = float_to_bf16_nearest_avx512(src, reinterpret_cast<std::uint16_t*>(dst), n);
+          if (mode == rounding::nearest_even && ov == overflow::infinity) {
+            auto* h = reinterpret_cast<std::uint16_t*>(dst);
+            if (cpu_has_avx512f()) done = float_to_bf16_nearest_avx512(src, h, n);
+            done += float_to_bf16_nearest_avx2(src + done, h + done, n - done);
           }
         }
         done += encode_avx2<bf::lay>(src + done, reinterpret_cast<typename bf::bits_type*>(dst) + done, n - done, mode, ov);
@@ -109,6 +111,7 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
         const auto* bits = reinterpret_cast<const typename bf::bits_type*>(src);
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
           if (cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
+          done += bf16_to_float_avx2(bits + done, dst + done, n - done);
         } else if constexpr (bf::lay == layout{5, 10, encoding::ieee}) {
           if (cpu_has_avx512f()) done = half_to_float_avx512(bits, dst, n);
         } else if constexpr (bf::lay.total_bits() <= 8) {

@@ -272,6 +272,45 @@ PRECIS_TARGET_AVX512 inline std::size_t bf16_to_float_avx512(const std::uint16_t
   }
   return i;
 }
+/// The AVX2 forms of the two above, 8 lanes to a register and 16 to a step, bit-identical to
+/// them (and to encode_e8_from_float_avx2 and decode_to_float_avx2 for bf16, whose general
+/// per-lane shifts and tables cost 2-3x as much for this format): the bf16 conversions of a
+/// mixed-precision step on a CPU without AVX-512.
+PRECIS_TARGET_AVX2 inline __m256i float_to_bf16_nearest_lanes(__m256i x) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i a = _mm256_and_si256(x, abs_mask);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(a, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  const __m256i is_nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+  const __m256i nan = _mm256_or_si256(_mm256_set1_epi32(0x7fc0), _mm256_srli_epi32(_mm256_and_si256(a, _mm256_set1_epi32(0x3fffff)), 16));
+  const __m256i bits = _mm256_blendv_epi8(rounded, nan, is_nan);
+  return _mm256_or_si256(bits, _mm256_srli_epi32(_mm256_andnot_si256(abs_mask, x), 16));
+}
+PRECIS_TARGET_AVX2 inline std::size_t float_to_bf16_nearest_avx2(const float* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = float_to_bf16_nearest_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m256i hi = float_to_bf16_nearest_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 8)));
+    // every lane is in [0, 0xffff]: the saturating pack is exact; it interleaves 128-bit halves
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
+  }
+  return i;
+}
+PRECIS_TARGET_AVX2 inline __m256i bf16_to_float_lanes(__m128i v) {
+  const __m256i f = _mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16);
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(f, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_or_si256(f, _mm256_and_si256(is_nan, _mm256_set1_epi32(0x00400000)));
+}
+PRECIS_TARGET_AVX2 inline std::size_t bf16_to_float_avx2(const std::uint16_t* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_to_float_lanes(_mm256_castsi256_si128(v)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 8), bf16_to_float_lanes(_mm256_extracti128_si256(v, 1)));
+  }
+  return i;
+}
+
 /// float -> half and half -> float with AVX-512F's vcvtps2ph / vcvtph2ps, 16 lanes at a time:
 /// float_to_half_f16c's and decode_to_float_avx2's AVX-512 forms, bit-identical to them.
 template <rounding Mode>
