@@ -181,6 +181,9 @@ template <class S>
 void spread_runs(const S* x, index_t stride, index_t lines, index_t kc, float* panel, index_t width, float* row) {
   if constexpr (std::is_same_v<S, float>) {
     spread_rows_32(x, stride, lines, kc, panel, width);
+  } else if (stride == kc) {  // the runs are one dense block (a whole K, as in a linear layer's):
+    const float* v = load_run<float>(x, lines * kc, 1, row);  // one conversion for them all
+    spread_rows_32(v, kc, lines, kc, panel, width);
   } else {
     for (index_t r = 0; r < lines; ++r) {
       const float* v = load_run<float>(x + r * stride, kc, 1, row + r * kc);
