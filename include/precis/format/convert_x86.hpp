@@ -272,7 +272,7 @@ PRECIS_TARGET_AVX512 inline std::size_t bf16_to_float_avx512(const std::uint16_t
   }
   return i;
 }
-/// The AVX2 forms of the two above, 8 lanes to a register and 16 to a step, bit-identical to
+/// The AVX2 forms of the two above, 8 lanes to a register and 16 to a step (then 8), bit-identical to
 /// them (and to encode_e8_from_float_avx2 and decode_to_float_avx2 for bf16, whose general
 /// per-lane shifts and tables cost 2-3x as much for this format): the bf16 conversions of a
 /// mixed-precision step on a CPU without AVX-512.
@@ -294,6 +294,11 @@ PRECIS_TARGET_AVX2 inline std::size_t float_to_bf16_nearest_avx2(const float* sr
     // every lane is in [0, 0xffff]: the saturating pack is exact; it interleaves 128-bit halves
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
   }
+  if (i + 8 <= n) {
+    const __m256i v = float_to_bf16_nearest_lanes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    i += 8;
+  }
   return i;
 }
 PRECIS_TARGET_AVX2 inline __m256i bf16_to_float_lanes(__m128i v) {
@@ -307,6 +312,10 @@ PRECIS_TARGET_AVX2 inline std::size_t bf16_to_float_avx2(const std::uint16_t* sr
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_to_float_lanes(_mm256_castsi256_si128(v)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 8), bf16_to_float_lanes(_mm256_extracti128_si256(v, 1)));
+  }
+  if (i + 8 <= n) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_to_float_lanes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    i += 8;
   }
   return i;
 }
