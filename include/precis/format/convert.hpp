@@ -54,7 +54,7 @@ std::size_t encode_avx2_dispatch_ov(const float* src, Bits* dst, std::size_t n, 
       if constexpr (L.has_infinity()) {
         if constexpr (L == layout{5, 10, encoding::ieee}) {
           auto* h = reinterpret_cast<std::uint16_t*>(dst);
-          const std::size_t wide = cpu_has_avx512f() ? float_to_half_avx512<Mode>(src, h, n) : 0;
+          const std::size_t wide = n >= 16 && cpu_has_avx512f() ? float_to_half_avx512<Mode>(src, h, n) : 0;
           return wide + float_to_half_f16c<Mode>(src + wide, h + wide, n - wide);
         } else {
           return encode_avx2_kernel<L, Mode, overflow::infinity>(src, dst, n);
@@ -95,11 +95,12 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
           if (mode == rounding::nearest_even && ov == overflow::infinity) {
             auto* h = reinterpret_cast<std::uint16_t*>(dst);
-            if (cpu_has_avx512f()) done = float_to_bf16_nearest_avx512(src, h, n);
+            if (n >= 16 && cpu_has_avx512f()) done = float_to_bf16_nearest_avx512(src, h, n);
             done += float_to_bf16_nearest_avx2(src + done, h + done, n - done);
           }
         }
-        done += encode_avx2<bf::lay>(src + done, reinterpret_cast<typename bf::bits_type*>(dst) + done, n - done, mode, ov);
+        // (each kernel takes whole steps of 8 or 16 lanes: a call that could take none is skipped)
+        if (n - done >= 8) done += encode_avx2<bf::lay>(src + done, reinterpret_cast<typename bf::bits_type*>(dst) + done, n - done, mode, ov);
         simd = true;
       }
     }
@@ -110,14 +111,14 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
       if (cpu_has_avx2_f16c()) {
         const auto* bits = reinterpret_cast<const typename bf::bits_type*>(src);
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
-          if (cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
+          if (n >= 16 && cpu_has_avx512f()) done = bf16_to_float_avx512(bits, dst, n);
           done += bf16_to_float_avx2(bits + done, dst + done, n - done);
         } else if constexpr (bf::lay == layout{5, 10, encoding::ieee}) {
-          if (cpu_has_avx512f()) done = half_to_float_avx512(bits, dst, n);
+          if (n >= 16 && cpu_has_avx512f()) done = half_to_float_avx512(bits, dst, n);
         } else if constexpr (bf::lay.total_bits() <= 8) {
-          if (cpu_has_avx512f()) done = decode8_to_float_avx512<bf::lay>(bits, dst, n);
+          if (n >= 16 && cpu_has_avx512f()) done = decode8_to_float_avx512<bf::lay>(bits, dst, n);
         }
-        done += decode_to_float_avx2<bf::lay>(bits + done, dst + done, n - done);
+        if (n - done >= 8) done += decode_to_float_avx2<bf::lay>(bits + done, dst + done, n - done);
         simd = true;
       }
     }
