@@ -413,6 +413,10 @@ class Tape {
         loop.run(0, to.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
           D* o = to.data() + off[0];
           const auto* i = from.data() + off[1];
+          if (st[0] == 1 && st[1] == 1) {  // a dense run (a head's features, an attention row)
+            std::memcpy(static_cast<void*>(o), static_cast<const void*>(i), static_cast<std::size_t>(count) * sizeof(D));
+            return;
+          }
           for (index_t e = 0; e < count; ++e) o[e * st[0]] = i[e * st[1]];
         });
         return;
