@@ -117,15 +117,30 @@ TEST(Convert, EightBitDecodeKernelsMatchScalarForEveryPattern) {
 }
 #endif
 
-TEST(Convert, StochasticBulkEqualsScalarDrawsInOrder) {
+// bf16 has a bulk path of its own (16 random bits added, then truncated); fp16 the general one.
+// Runs near 1 (every discarded fraction), then every kind of value: NaN, infinities,
+// subnormals, the largest finite values (some round into infinity), zeros of both signs.
+template <class T>
+void check_stochastic_bulk() {
   std::vector<float> src(1000);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = 1.0f + static_cast<float>(i) * 0x1p-19f;
-  std::vector<precis::bfloat16> bulk(src.size());
+  const auto mixed = mixed_sources<T>(4096);
+  src.insert(src.end(), mixed.begin(), mixed.end());
+  for (const float v : {0x1.fffffep127f, -0x1.fffffep127f, 0x1.fe0002p127f, 0x1p-149f, -0x1.fffffcp-127f, 0.0f, -0.0f})
+    src.insert(src.end(), 300, v);  // the same value many times: many draws each
+  std::vector<T> bulk(src.size());
   precis::xoshiro256pp g1(5), g2(5);
   precis::convert(src, bulk, rounding::stochastic, g1);
   for (std::size_t i = 0; i < src.size(); ++i) {
-    ASSERT_EQ(bits_of(bulk[i]), bits_of(precis::round_to<precis::bfloat16>(src[i], rounding::stochastic, g2)));
+    ASSERT_EQ(bits_of(bulk[i]), bits_of(precis::round_to<T>(src[i], rounding::stochastic, g2)))
+        << "i " << i << " x " << std::hexfloat << src[i];
   }
+  EXPECT_EQ(g1(), g2()) << "one draw per element";
+}
+
+TEST(Convert, StochasticBulkEqualsScalarDrawsInOrder) {
+  check_stochastic_bulk<precis::bfloat16>();
+  check_stochastic_bulk<precis::half>();
 }
 
 TEST(Convert, DoubleAndCrossFormatPaths) {

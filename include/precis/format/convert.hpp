@@ -8,8 +8,10 @@
 // depend only on the seed.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <ranges>
 #include <span>
@@ -30,8 +32,41 @@ void convert_scalar(const From* src, To* dst, std::size_t n, rounding mode, over
   for (std::size_t i = 0; i < n; ++i) dst[i] = round_unchecked<To>(src[i], mode, ov, 0);
 }
 
+/// Stochastic rounding, one draw per element in order. float -> bf16 with IEEE overflow (the
+/// stochastically rounded updates of bf16 parameters) adds 16 random bits below the kept ones
+/// and truncates: round_up's "draw < discarded fraction" compares the draw's top 16 bits with
+/// the 16 discarded ones (the draw's other bits cannot change a strict comparison with a
+/// fraction whose low 48 bits are zero), the carry moves into the exponent as rounding up does,
+/// and the largest finite values carry into infinity, as IEEE overflow does; subnormals keep the
+/// same 16 low bits. NaNs and infinities take the general path (they do not round).
 template <class From, class To, class Gen>
 void convert_stochastic(const From* src, To* dst, std::size_t n, overflow ov, Gen& gen) {
+  if constexpr (std::is_same_v<From, float> && is_bit_format_v<To>) {
+    using bf = bit_format<To>;
+    if constexpr (bf::lay == layout{8, 7, encoding::ieee} && sizeof(To) == 2) {
+      if (ov == overflow::infinity) {
+        constexpr std::size_t block = 256;
+        std::uint32_t draw[block];
+        for (std::size_t i0 = 0; i0 < n; i0 += block) {
+          const std::size_t len = std::min(block, n - i0);
+          for (std::size_t i = 0; i < len; ++i) draw[i] = static_cast<std::uint32_t>(random_bits64(gen) >> 48);
+          for (std::size_t i = 0; i < len; ++i) {
+            const float x = src[i0 + i];
+            std::uint32_t b;
+            std::memcpy(&b, &x, 4);
+            const std::uint32_t a = b & 0x7fffffffu;
+            if (a >= 0x7f800000u) {
+              dst[i0 + i] = round_unchecked<To>(x, rounding::stochastic, ov, 0);
+              continue;
+            }
+            const std::uint32_t q = (a + (0xffffu - draw[i])) >> 16;
+            dst[i0 + i] = bf::from_bits(static_cast<std::uint16_t>(((b >> 16) & 0x8000u) | q));
+          }
+        }
+        return;
+      }
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     dst[i] = round_unchecked<To>(src[i], rounding::stochastic, ov, random_bits64(gen));
   }

@@ -498,6 +498,9 @@ class MixedPrecisionOptimizer {
         pd::store_run(wv, w + c0, len, index_t{1});
       } else if (o_.rounding == update_rounding::nearest) {
         pd::store_run(wv, w + c0, len, index_t{1});
+      } else if (o_.rounding == update_rounding::stochastic && !std::is_same_v<param_type, T>) {
+        // store_update's draws, one per element in order, in bulk
+        pd::convert_stochastic(wv, w + c0, static_cast<std::size_t>(len), pd::storage_overflow<param_type>, rng_);
       } else {
         for (index_t i = 0; i < len; ++i) w[c0 + i] = store_update(s, c0 + i, old[static_cast<std::size_t>(i)], wv[i]);
       }
