@@ -209,6 +209,8 @@ TEST(OpLayerReference, Conv2dMatchesDefinition) {
       {{{1, 2}, {1, 0}, {2, 1}, 3}, {2, 6, 7, 7}, {6, 2, 3, 2}},
       {{{1, 1}, {0, 0}, {1, 1}, 4}, {1, 4, 3, 3}, {8, 1, 2, 2}},  // depthwise, channel multiplier 2
       {{{1, 1}, {2, 1}, {1, 1}, 1}, {2, 2, 4, 6}, {3, 2, 5, 3}},  // same width, taps past every edge
+      // 259200 column elements an image: batches of 2 images and 1 (im2col's buffer holds 2^19)
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 2, 120, 120}, {3, 2, 3, 3}},
   };
   unsigned seed = 100;
   for (const auto& [o, xs, ws] : cases) {
@@ -235,7 +237,12 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
       {{{1, 1}, {2, 1}, {1, 1}, 1}, {1, 2, 4, 6}, {2, 2, 5, 3}},  // taps past both edges
       {{{1, 2}, {0, 1}, {1, 1}, 1}, {2, 2, 5, 7}, {3, 2, 2, 3}},  // horizontal stride
       {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 2, 5, 4}, {10, 2, 3, 3}},  // 10 channels: bias sums 8 side by side, then 2
+      // several column batches (2 images, then 1), each recomputing its columns in the backward
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 2, 120, 120}, {3, 2, 3, 3}},
   };
+  // the last case must take more than one column batch
+  const auto& last = cases.back();
+  ASSERT_LT(op::conv_detail::images_per_batch(last.xs[0], last.ws[1] * last.ws[2] * last.ws[3], last.xs[2] * last.xs[3]), last.xs[0]);
   unsigned seed = 200;
   for (const auto& [o, xs, ws] : cases) {
     auto x = uniform(xs, -1, 1, seed), w = uniform(ws, -1, 1, seed + 1), b = uniform({ws[0]}, -1, 1, seed + 2);
@@ -269,8 +276,10 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
                   rw(f, ci, i, j) += g * x(n, ch, ih, iw);
                 }
           }
-    // each gradient is a sum of at most 2 * 4 * 5 * 3 * 7 * 6 products of magnitude <= 1
-    const double tol = bounds::gamma(1024, unit_roundoff<double>()) * 1024;
+    // each gradient is a sum of at most `terms` products of magnitude <= 1 (dw and db: one per
+    // image and output position; dx: one per output channel of its group and tap)
+    const auto terms = static_cast<double>(std::max(xs[0] * ref.shape()[2] * ref.shape()[3], og * ws[2] * ws[3]));
+    const double tol = bounds::gamma(terms, unit_roundoff<double>()) * terms;
     const std::string at = " (case x " + xs.str() + ", w " + ws.str() + ")";
     for (index_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gx.data()[i], rx.data()[i], tol) << "dx " << i << at;
     for (index_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gw.data()[i], rw.data()[i], tol) << "dw " << i << at;

@@ -136,10 +136,18 @@ void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t 
   });
 }
 
-/// Images per im2col batch: the column buffer stays under ~4M elements.
+/// Images per im2col batch: the column buffer holds at most 2^19 elements (2 MiB of fp32), so
+/// that one batch's columns, their GEMMs' packed copies and the backward's column gradients
+/// stay in cache between the loops that write and read them, instead of streaming through
+/// memory (the demo CNN's whole batch of 128 images was 14 MiB of columns; its step took 1.2x
+/// as long: docs/benchmarks.md). The weight gradient sums over the batches in order (its GEMMs
+/// accumulate into it), so the batch size is part of its summation order: it depends on the
+/// shapes only, never on the machine or the thread count.
+inline constexpr index_t column_batch_elements = index_t{1} << 19;
+
 inline index_t images_per_batch(index_t n, index_t k, index_t plane) {
   const index_t per = std::max<index_t>(1, k * plane);
-  return std::max<index_t>(1, std::min<index_t>(n, (index_t{1} << 22) / per));
+  return std::max<index_t>(1, std::min<index_t>(n, column_batch_elements / per));
 }
 
 }  // namespace conv_detail
@@ -483,11 +491,95 @@ PRECIS_TARGET_AVX512 inline void max_pool_2x2_grad_avx512(const float* g, const 
   _mm512_mask_storeu_ps(r1, lo, _mm512_permutex2var_ps(e1, first_half, o1));
   _mm512_mask_storeu_ps(r1 + 16, hi, _mm512_permutex2var_ps(e1, second_half, o1));
 }
+
+/// The AVX2 forms of the kernels above: 8 windows side by side; lanes [0, n) of a mask.
+PRECIS_TARGET_AVX2 inline __m256i max_pool_lanes_avx2(index_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+PRECIS_TARGET_AVX2 inline void max_pool_consider_avx2(__m256 v, std::int32_t offset, __m256i first, __m256& bv, __m256i& best) {
+  const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, bv, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  bv = _mm256_blendv_ps(bv, v, take);
+  const __m256i pos = _mm256_add_epi32(first, _mm256_set1_epi32(offset));
+  best = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best), _mm256_castsi256_ps(pos), take));
+}
+
+/// The even (odd) elements of x then of y: [x0 x2 x4 x6 y0 y2 y4 y6] ([x1 x3 ... y7]).
+PRECIS_TARGET_AVX2 inline __m256 max_pool_even_avx2(__m256 x, __m256 y) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0x88)), 0xD8));
+}
+PRECIS_TARGET_AVX2 inline __m256 max_pool_odd_avx2(__m256 x, __m256 y) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0xDD)), 0xD8));
+}
+
+/// max_pool_2x2_avx512 in AVX2 lanes, n <= 8 windows; masked loads and stores.
+PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2(const float* r0, const float* r1, index_t n, std::int32_t c, std::int32_t w,
+                                                 float* out, std::int32_t* at) {
+  const __m256i lo = max_pool_lanes_avx2(std::min<index_t>(2 * n, 8)), hi = max_pool_lanes_avx2(std::max<index_t>(2 * n - 8, 0));
+  const __m256i outs = max_pool_lanes_avx2(n);
+  const __m256 a0 = _mm256_maskload_ps(r0, lo), a1 = _mm256_maskload_ps(r0 + 8, hi);
+  const __m256 b0 = _mm256_maskload_ps(r1, lo), b1 = _mm256_maskload_ps(r1 + 8, hi);
+  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+  __m256 bv = max_pool_even_avx2(a0, a1);
+  __m256i best = first;
+  max_pool_consider_avx2(max_pool_odd_avx2(a0, a1), 1, first, bv, best);
+  max_pool_consider_avx2(max_pool_even_avx2(b0, b1), w, first, bv, best);
+  max_pool_consider_avx2(max_pool_odd_avx2(b0, b1), w + 1, first, bv, best);
+  _mm256_maskstore_ps(out, outs, bv);
+  if (at) _mm256_maskstore_epi32(at, outs, best);
+}
+
+/// max_pool_widen_avx512 in AVX2 lanes.
+template <class S>
+PRECIS_TARGET_AVX2 inline __m256 max_pool_widen_avx2(__m256i dw, bool high) {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    const __m256 v = _mm256_castsi256_ps(high ? _mm256_and_si256(dw, _mm256_set1_epi32(static_cast<int>(0xffff0000u)))
+                                              : _mm256_slli_epi32(dw, 16));
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_or_ps(v, _mm256_and_ps(nan, _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000))));
+  } else {
+    // the low (high) halves of the dwords as eight fp16 values: packed within each 128-bit
+    // lane, then the two lanes' low quarters side by side
+    const __m256i h = high ? _mm256_srli_epi32(dw, 16) : _mm256_and_si256(dw, _mm256_set1_epi32(0xffff));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+  }
+}
+
+/// max_pool_2x2_avx512_16 in AVX2 lanes, n <= 8 windows (one masked load of n dwords a row).
+template <class S>
+PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2_16(const S* r0, const S* r1, index_t n, std::int32_t c, std::int32_t w, S* out,
+                                                     std::int32_t* at) {
+  const __m256i m = max_pool_lanes_avx2(n);
+  const __m256i d0 = _mm256_maskload_epi32(reinterpret_cast<const int*>(r0), m);
+  const __m256i d1 = _mm256_maskload_epi32(reinterpret_cast<const int*>(r1), m);
+  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+  __m256 bv = max_pool_widen_avx2<S>(d0, false);
+  __m256i best = first;
+  max_pool_consider_avx2(max_pool_widen_avx2<S>(d0, true), 1, first, bv, best);
+  max_pool_consider_avx2(max_pool_widen_avx2<S>(d1, false), w, first, bv, best);
+  max_pool_consider_avx2(max_pool_widen_avx2<S>(d1, true), w + 1, first, bv, best);
+  __m128i y;
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    const __m256i hi16 = _mm256_srli_epi32(_mm256_castps_si256(bv), 16);
+    y = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi16, hi16), 0x08));
+  } else {
+    y = _mm256_cvtps_ph(bv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  if (n == 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), y);
+  } else {
+    alignas(16) S tmp[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), y);
+    std::memcpy(static_cast<void*>(out), tmp, static_cast<std::size_t>(n) * sizeof(S));
+  }
+  if (at) _mm256_maskstore_epi32(at, m, best);
+}
 #endif
 
 /// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
 /// the general loop's selection (the first largest element, or a NaN), 16 windows at a time in
-/// AVX-512 lanes where the CPU has them (float inputs), else in a loop; `at` (when Save) gets
+/// AVX-512 lanes or 8 in AVX2 lanes where the CPU has them (float inputs), else in a loop; `at` (when Save) gets
 /// each winner's position in the plane. A 16-bit output is rounded a run at a time
 /// (vectorized conversions).
 template <bool Save, class R, class O>
@@ -498,9 +590,10 @@ void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int
   std::array<A, direct ? 1 : detail::chunk> buf;
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<R, float> && std::is_same_v<A, float>) {
-    if (detail::cpu_has_avx512f()) {
-      constexpr index_t lanes = 16;
-      std::array<float, direct ? 1 : lanes> row_buf;
+    const bool wide = detail::cpu_has_avx512f();
+    if (wide || detail::cpu_has_avx2_f16c()) {
+      const index_t lanes = wide ? 16 : 8;
+      std::array<float, direct ? 1 : 16> row_buf;
       for (index_t oh = 0; oh < ho; ++oh) {
         const R* r0 = in + 2 * oh * w;
         const auto row = static_cast<std::int32_t>(2 * oh * w);
@@ -509,8 +602,10 @@ void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int
           float* out = nullptr;
           if constexpr (direct) out = y + oh * wo + o0;
           else out = row_buf.data();
-          max_pool_2x2_avx512(r0 + 2 * o0, r0 + w + 2 * o0, len, row + 2 * static_cast<std::int32_t>(o0), wi, out,
-                              Save ? at + oh * wo + o0 : nullptr);
+          const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
+          std::int32_t* a = Save ? at + oh * wo + o0 : nullptr;
+          if (wide) max_pool_2x2_avx512(r0 + 2 * o0, r0 + w + 2 * o0, len, c, wi, out, a);
+          else max_pool_2x2_avx2(r0 + 2 * o0, r0 + w + 2 * o0, len, c, wi, out, a);
           if constexpr (!direct) detail::store_run(row_buf.data(), y + oh * wo + o0, len, index_t{1});
         }
       }
@@ -569,10 +664,13 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     const index_t planes = g.n * g.c;
     const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0;
 #if PRECIS_X86_SIMD
-    // 16-bit windows in and out of one format: selected in place, no widened copy of x
+    // 16-bit windows in and out of one format: selected in place (AVX-512 or AVX2 lanes), no
+    // widened copy of x
     if constexpr ((std::is_same_v<O, half> || std::is_same_v<O, bfloat16>) && std::is_same_v<detail::remove_const_t<X>, O>) {
-      if (two_by_two && x.is_contiguous() && detail::cpu_has_avx512f()) {
+      const bool wide = detail::cpu_has_avx512f();
+      if (two_by_two && x.is_contiguous() && (wide || detail::cpu_has_avx2_f16c())) {
         const auto wi = static_cast<std::int32_t>(g.w);
+        const index_t lanes = wide ? 16 : 8;
         detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
           for (index_t pl = p0; pl < p1; ++pl) {
             const O* in = x.data() + pl * g.h * g.w;
@@ -581,10 +679,12 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
             for (index_t oh = 0; oh < g.ho; ++oh) {
               const O* r0 = in + 2 * oh * g.w;
               const auto row = static_cast<std::int32_t>(2 * oh * g.w);
-              for (index_t o0 = 0; o0 < g.wo; o0 += 16) {
-                conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, std::min<index_t>(16, g.wo - o0),
-                                                    row + 2 * static_cast<std::int32_t>(o0), wi, yp + oh * g.wo + o0,
-                                                    ap ? ap + oh * g.wo + o0 : nullptr);
+              for (index_t o0 = 0; o0 < g.wo; o0 += lanes) {
+                const index_t len = std::min(lanes, g.wo - o0);
+                const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
+                std::int32_t* apo = ap ? ap + oh * g.wo + o0 : nullptr;
+                if (wide) conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
+                else conv_detail::max_pool_2x2_avx2_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
               }
             }
           }
