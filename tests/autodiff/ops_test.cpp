@@ -201,6 +201,81 @@ void expect_conv_matches(const conv2d_options& o, const Shape& xs, const Shape& 
   }
 }
 
+/// The gradient buffers the tape allocates for intermediate values are handed to most ops
+/// without zeros (an op that assigns its first contribution writes them whole); whatever such
+/// an op does not write must still come out zero. A step recorded on memory that NaNs filled
+/// before (the arena hands out the same addresses for the same shapes) must
+/// give the gradients of a step on a new tape, bit for bit: ops whose gradients reach only part
+/// of their input (an odd-sized max pool, a slice), none of it (where's condition), inputs used
+/// twice, and 2 x 2 pools, whose fp32 gradients are written straight into the buffer.
+template <class P>
+class FreshGradients : public ::testing::Test {};
+TYPED_TEST_SUITE(FreshGradients, Policies);
+
+TYPED_TEST(FreshGradients, NeedNoZerosFromTheArena) {
+  using P = TypeParam;
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  const std::vector<Shape> shapes{{2, 3, 7, 7}, {4, 3, 3, 3}, {4}, {10, 66}, {10}, {10}, {10}, {4}, {4}, {2, 4, 7, 7}};
+  std::vector<Tensor<S>> values;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Tensor<S> t(shapes[i]);
+    const auto u = uniform(shapes[i], i == 5 || i == 7 ? 0.5 : -1.0, 1.0, 300u + static_cast<unsigned>(i));
+    for (index_t e = 0; e < t.size(); ++e) t.data()[e] = detail::store<S>(u.data()[e]);
+    values.push_back(std::move(t));
+  }
+  const auto mask = bits({2, 4, 7, 7}, 400);
+  static const std::vector<std::int64_t> labels{3, 7};
+  const auto step = [&](Tape<P>& tape, std::vector<Tensor<G>>& grads, bool poison) {
+    std::vector<Tensor<S>> in = values;
+    if (poison) {
+      for (auto& t : in)
+        for (index_t e = 0; e < t.size(); ++e) t.data()[e] = detail::store<S>(std::numeric_limits<double>::quiet_NaN());
+    }
+    grads.clear();
+    std::vector<Var<P, S>> p;
+    for (auto& t : in) {
+      grads.emplace_back(t.shape());
+      p.push_back(tape.param(t.view(), grads.back().view()));
+    }
+    const auto h = conv2d(p[0], p[1], p[2], conv2d_options{{1, 1}, {1, 1}, {1, 1}, 1});     // [2, 4, 7, 7]
+    const auto bn = batch_norm(h, p[7], p[8]);                                              // h used twice
+    const auto pooled = max_pool2d(relu(h), {{2, 2}, {2, 2}, {0, 0}});                      // [2, 4, 3, 3]: row 7 and column 7 get no gradient
+    const auto avg = avg_pool2d(mul(h, p[9]), {{3, 3}, {2, 2}, {1, 1}});                    // [2, 4, 4, 4]
+    const auto flat = slice(reshape(pooled, Shape{2, 36}), 1, 2, 32);                        // a slice: part of the gradient
+    const auto perm = reshape(permute(pooled, Shape{0, 2, 3, 1}), Shape{2, 36});           // a strided reshape
+    const auto joined = cat(1, {flat, perm});                                               // [2, 66]
+    const auto logits = layer_norm(linear(joined, p[3], p[4]), p[5], p[6]);
+    const auto z = reshape(avg, Shape{2, 4, 16});
+    const auto att = attention(z, neg(z), tanh(z), attention_options{true, 0});
+    const auto picked = where(relu(p[9]), masked_fill(bn, tape.input(mask), 0.5), sub(bn, h));  // no gradient for the condition
+    const auto loss = add(add(cross_entropy(logits, labels), mean(mul(att, att))), mean(mul(picked, picked)));
+    tape.backward(loss);
+  };
+  std::vector<Tensor<G>> clean, reused;
+  Tape<P> a;
+  step(a, clean, false);
+  Tape<P> b;
+  {  // NaNs through the arena (a step's first use of its memory), then through the scratch too
+    Tensor<S> nans(Shape{1 << 20});
+    for (index_t e = 0; e < nans.size(); ++e) nans.data()[e] = detail::store<S>(std::numeric_limits<double>::quiet_NaN());
+    (void)b.input(nans);
+    b.reset();
+  }
+  step(b, reused, true);
+  b.reset();
+  step(b, reused, false);
+  ASSERT_EQ(clean.size(), reused.size());
+  for (std::size_t i = 0; i < clean.size(); ++i) {
+    for (index_t e = 0; e < clean[i].size(); ++e) {
+      const double want = detail::load<double>(clean[i].data()[e]), got = detail::load<double>(reused[i].data()[e]);
+      ASSERT_TRUE(std::isfinite(want)) << "parameter " << i << " element " << e;
+      ASSERT_EQ(std::memcmp(&clean[i].data()[e], &reused[i].data()[e], sizeof(G)), 0)
+          << "parameter " << i << " element " << e << ": " << got << " after a poisoned step, " << want << " on a new tape";
+    }
+  }
+}
+
 TEST(OpLayerReference, Conv2dMatchesDefinition) {
   const std::vector<std::tuple<conv2d_options, Shape, Shape>> cases{
       {{{1, 1}, {0, 0}, {1, 1}, 1}, {2, 3, 6, 5}, {4, 3, 3, 3}},

@@ -44,12 +44,17 @@ class Arena {
     return p;
   }
 
-  /// n uninitialized objects of trivially copyable type T.
+  /// n uninitialized objects of type T. A trivially copyable T (float, and the 16-bit formats,
+  /// whose default constructors write zeros) is an implicit-lifetime type: its objects begin to
+  /// exist in the storage without a constructor call, so nothing is written here (zeroing a
+  /// value that is about to be written cost a memset per 16-bit value and gradient).
   template <class T>
   T* allocate_array(std::size_t n) {
     static_assert(std::is_trivially_destructible_v<T>, "precis::Arena holds trivially destructible types only");
     T* p = static_cast<T*>(allocate(n * sizeof(T)));
-    if constexpr (!std::is_trivially_default_constructible_v<T>) std::uninitialized_default_construct_n(p, n);
+    if constexpr (!std::is_trivially_default_constructible_v<T> && !std::is_trivially_copyable_v<T>) {
+      std::uninitialized_default_construct_n(p, n);
+    }
     return p;
   }
 

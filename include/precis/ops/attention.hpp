@@ -19,6 +19,7 @@ namespace precis::op {
 /// q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (the same leading axes) -> [..., Tq, Dv].
 /// With causal, query i attends to keys j <= i (PyTorch's is_causal). scale 0 means 1/sqrt(D).
 struct attention : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "attention";
   static constexpr std::string_view reason =
       "two matmuls with a wide accumulator; the softmax between them runs in the accumulator type, so its sum "

@@ -15,6 +15,7 @@ namespace precis::op {
 /// of the batch, per channel, and the running estimates (if given) move by `momentum`, with the
 /// unbiased variance, as PyTorch does. Evaluation: the running estimates.
 struct batch_norm : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "batch_norm";
   static constexpr std::string_view reason =
       "a channel's mean and variance over the batch: long sums, squares, and an eps below fp16's normal range";
@@ -143,6 +144,7 @@ struct batch_norm : def<policy::safety::needs_wide> {
 /// Row lookup: weight [V, D] and integer indices of any shape -> [indices..., D]. The backward
 /// scatter-adds each row's gradient in the accumulator, so repeated indices sum there first.
 struct embedding : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "embedding";
   static constexpr std::string_view reason =
       "a gather: exact in the compute type; the backward's scatter-add of repeated indices runs in the wide "

@@ -155,6 +155,7 @@ inline index_t images_per_batch(index_t n, index_t k, index_t plane) {
 /// 2-D cross-correlation (PyTorch's conv2d): x [N, C, H, W], w [O, C / groups, kh, kw],
 /// optional bias [O] -> [N, O, Ho, Wo], Ho = (H + 2 pad - dil (kh - 1) - 1) / stride + 1.
 struct conv2d : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "conv2d";
   static constexpr std::string_view reason =
       "a GEMM over receptive fields (im2col): products exact in fp32, a wide accumulator takes the C kh kw "
@@ -492,11 +493,7 @@ PRECIS_TARGET_AVX512 inline void max_pool_2x2_grad_avx512(const float* g, const 
   _mm512_mask_storeu_ps(r1 + 16, hi, _mm512_permutex2var_ps(e1, second_half, o1));
 }
 
-/// The AVX2 forms of the kernels above: 8 windows side by side; lanes [0, n) of a mask.
-PRECIS_TARGET_AVX2 inline __m256i max_pool_lanes_avx2(index_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
+/// The AVX2 forms of the kernels above: 8 windows side by side.
 PRECIS_TARGET_AVX2 inline void max_pool_consider_avx2(__m256 v, std::int32_t offset, __m256i first, __m256& bv, __m256i& best) {
   const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, bv, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   bv = _mm256_blendv_ps(bv, v, take);
@@ -512,21 +509,63 @@ PRECIS_TARGET_AVX2 inline __m256 max_pool_odd_avx2(__m256 x, __m256 y) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0xDD)), 0xD8));
 }
 
-/// max_pool_2x2_avx512 in AVX2 lanes, n <= 8 windows; masked loads and stores.
+/// max_pool_2x2_avx512 in AVX2 lanes, n <= 8 windows. Plain loads and stores of 8 windows;
+/// fewer (a row's last windows when the row has fewer than 8) go through copies on the stack,
+/// as AVX2's masked loads and stores are microcoded and slow on some CPUs (AMD's before Zen 4).
 PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2(const float* r0, const float* r1, index_t n, std::int32_t c, std::int32_t w,
                                                  float* out, std::int32_t* at) {
-  const __m256i lo = max_pool_lanes_avx2(std::min<index_t>(2 * n, 8)), hi = max_pool_lanes_avx2(std::max<index_t>(2 * n - 8, 0));
-  const __m256i outs = max_pool_lanes_avx2(n);
-  const __m256 a0 = _mm256_maskload_ps(r0, lo), a1 = _mm256_maskload_ps(r0 + 8, hi);
-  const __m256 b0 = _mm256_maskload_ps(r1, lo), b1 = _mm256_maskload_ps(r1 + 8, hi);
+  if (n < 8) {
+    alignas(32) float a[16] = {}, b[16] = {}, y[8];
+    alignas(32) std::int32_t pos[8];
+    std::copy_n(r0, 2 * n, a);
+    std::copy_n(r1, 2 * n, b);
+    max_pool_2x2_avx2(a, b, 8, c, w, y, at ? pos : nullptr);
+    std::copy_n(y, n, out);
+    if (at) std::copy_n(pos, n, at);
+    return;
+  }
+  const __m256 a0 = _mm256_loadu_ps(r0), a1 = _mm256_loadu_ps(r0 + 8);
+  const __m256 b0 = _mm256_loadu_ps(r1), b1 = _mm256_loadu_ps(r1 + 8);
   const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
   __m256 bv = max_pool_even_avx2(a0, a1);
   __m256i best = first;
   max_pool_consider_avx2(max_pool_odd_avx2(a0, a1), 1, first, bv, best);
   max_pool_consider_avx2(max_pool_even_avx2(b0, b1), w, first, bv, best);
   max_pool_consider_avx2(max_pool_odd_avx2(b0, b1), w + 1, first, bv, best);
-  _mm256_maskstore_ps(out, outs, bv);
-  if (at) _mm256_maskstore_epi32(at, outs, best);
+  _mm256_storeu_ps(out, bv);
+  if (at) _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), best);
+}
+
+/// x where the lane's offset o is k, else zero.
+PRECIS_TARGET_AVX2 inline __m256 max_pool_pick_avx2(__m256 x, __m256i o, std::int32_t k) {
+  return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_cmpeq_epi32(o, _mm256_set1_epi32(k))));
+}
+
+/// max_pool_2x2_grad_avx512 in AVX2 lanes, n <= 8 windows (fewer through copies on the stack).
+PRECIS_TARGET_AVX2 inline void max_pool_2x2_grad_avx2(const float* g, const std::int32_t* at, index_t n, std::int32_t c,
+                                                      std::int32_t w, float* r0, float* r1) {
+  if (n < 8) {
+    alignas(32) float gb[8] = {}, a[16], b[16];
+    alignas(32) std::int32_t ab[8] = {};
+    std::copy_n(g, n, gb);
+    std::copy_n(at, n, ab);
+    max_pool_2x2_grad_avx2(gb, ab, 8, c, w, a, b);
+    std::copy_n(a, 2 * n, r0);
+    std::copy_n(b, 2 * n, r1);
+    return;
+  }
+  const __m256 v = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(g));
+  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+  const __m256i off = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)), first);
+  const __m256 e0 = max_pool_pick_avx2(v, off, 0), o0 = max_pool_pick_avx2(v, off, 1);
+  const __m256 e1 = max_pool_pick_avx2(v, off, w), o1 = max_pool_pick_avx2(v, off, w + 1);
+  // [e0 o0] interleaved: unpack within 128-bit lanes, then the lanes in order
+  const __m256 lo0 = _mm256_unpacklo_ps(e0, o0), hi0 = _mm256_unpackhi_ps(e0, o0);
+  const __m256 lo1 = _mm256_unpacklo_ps(e1, o1), hi1 = _mm256_unpackhi_ps(e1, o1);
+  _mm256_storeu_ps(r0, _mm256_permute2f128_ps(lo0, hi0, 0x20));
+  _mm256_storeu_ps(r0 + 8, _mm256_permute2f128_ps(lo0, hi0, 0x31));
+  _mm256_storeu_ps(r1, _mm256_permute2f128_ps(lo1, hi1, 0x20));
+  _mm256_storeu_ps(r1 + 8, _mm256_permute2f128_ps(lo1, hi1, 0x31));
 }
 
 /// max_pool_widen_avx512 in AVX2 lanes.
@@ -546,13 +585,23 @@ PRECIS_TARGET_AVX2 inline __m256 max_pool_widen_avx2(__m256i dw, bool high) {
   }
 }
 
-/// max_pool_2x2_avx512_16 in AVX2 lanes, n <= 8 windows (one masked load of n dwords a row).
+/// max_pool_2x2_avx512_16 in AVX2 lanes, n <= 8 windows (one load of 8 dwords a row; fewer
+/// windows through copies on the stack, as in max_pool_2x2_avx2).
 template <class S>
 PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2_16(const S* r0, const S* r1, index_t n, std::int32_t c, std::int32_t w, S* out,
                                                      std::int32_t* at) {
-  const __m256i m = max_pool_lanes_avx2(n);
-  const __m256i d0 = _mm256_maskload_epi32(reinterpret_cast<const int*>(r0), m);
-  const __m256i d1 = _mm256_maskload_epi32(reinterpret_cast<const int*>(r1), m);
+  if (n < 8) {
+    alignas(32) S a[16] = {}, b[16] = {}, y[8];
+    alignas(32) std::int32_t pos[8];
+    std::memcpy(static_cast<void*>(a), static_cast<const void*>(r0), static_cast<std::size_t>(2 * n) * sizeof(S));
+    std::memcpy(static_cast<void*>(b), static_cast<const void*>(r1), static_cast<std::size_t>(2 * n) * sizeof(S));
+    max_pool_2x2_avx2_16<S>(a, b, 8, c, w, y, at ? pos : nullptr);
+    std::memcpy(static_cast<void*>(out), static_cast<const void*>(y), static_cast<std::size_t>(n) * sizeof(S));
+    if (at) std::copy_n(pos, n, at);
+    return;
+  }
+  const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
+  const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1));
   const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
   __m256 bv = max_pool_widen_avx2<S>(d0, false);
   __m256i best = first;
@@ -566,16 +615,46 @@ PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2_16(const S* r0, const S* r1, in
   } else {
     y = _mm256_cvtps_ph(bv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  if (n == 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), y);
-  } else {
-    alignas(16) S tmp[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), y);
-    std::memcpy(static_cast<void*>(out), tmp, static_cast<std::size_t>(n) * sizeof(S));
-  }
-  if (at) _mm256_maskstore_epi32(at, m, best);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), y);
+  if (at) _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), best);
 }
 #endif
+
+/// max_pool2d's backward over one row of wo disjoint 2 x 2 windows: the two input rows from
+/// r0 (w apart, the row pair's first element at position c in the plane) get each window's
+/// gradient 0 + g at the position `at` names and zero elsewhere, in AVX-512 or AVX2 lanes
+/// where the CPU has them (float), else in a loop; the same values either way.
+template <class R>
+void max_pool_2x2_grad_row(const R* g, const std::int32_t* at, index_t wo, std::int32_t c, std::int32_t w, R* r0) {
+  R* r1 = r0 + w;
+#if PRECIS_X86_SIMD
+  if constexpr (std::is_same_v<R, float>) {
+    if (detail::cpu_has_avx512f()) {
+      for (index_t o0 = 0; o0 < wo; o0 += 16) {
+        max_pool_2x2_grad_avx512(g + o0, at + o0, std::min<index_t>(16, wo - o0), c + 2 * static_cast<std::int32_t>(o0), w,
+                                 r0 + 2 * o0, r1 + 2 * o0);
+      }
+      return;
+    }
+    if (detail::cpu_has_avx2_f16c()) {
+      for (index_t o1 = 0; o1 < wo; o1 += 8) {
+        const index_t o0 = wo >= 8 ? std::min<index_t>(o1, wo - 8) : o1;  // the last 8 overlap, as in the forward
+        max_pool_2x2_grad_avx2(g + o0, at + o0, std::min<index_t>(8, wo - o0), c + 2 * static_cast<std::int32_t>(o0), w,
+                               r0 + 2 * o0, r1 + 2 * o0);
+      }
+      return;
+    }
+  }
+#endif
+  for (index_t j = 0; j < wo; ++j) {
+    const R v = R(0) + g[j];
+    const std::int32_t off = at[j] - (c + 2 * static_cast<std::int32_t>(j));
+    r0[2 * j] = off == 0 ? v : R(0);
+    r0[2 * j + 1] = off == 1 ? v : R(0);
+    r1[2 * j] = off == w ? v : R(0);
+    r1[2 * j + 1] = off == w + 1 ? v : R(0);
+  }
+}
 
 /// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
 /// the general loop's selection (the first largest element, or a NaN), 16 windows at a time in
@@ -597,8 +676,9 @@ void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int
       for (index_t oh = 0; oh < ho; ++oh) {
         const R* r0 = in + 2 * oh * w;
         const auto row = static_cast<std::int32_t>(2 * oh * w);
-        for (index_t o0 = 0; o0 < wo; o0 += lanes) {
-          const index_t len = std::min(lanes, wo - o0);
+        for (index_t o1 = 0; o1 < wo; o1 += lanes) {
+          // AVX2: a row's last 8 windows overlap the previous 8 rather than being fewer
+          const index_t o0 = !wide && wo >= lanes ? std::min(o1, wo - lanes) : o1, len = std::min(lanes, wo - o0);
           float* out = nullptr;
           if constexpr (direct) out = y + oh * wo + o0;
           else out = row_buf.data();
@@ -647,6 +727,7 @@ void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int
 
 /// The largest element of each window (padding never wins); the gradient goes to it.
 struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "max_pool2d";
   static constexpr std::string_view reason = "selection: exact";
   using attrs = pool2d_attrs;
@@ -679,8 +760,9 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
             for (index_t oh = 0; oh < g.ho; ++oh) {
               const O* r0 = in + 2 * oh * g.w;
               const auto row = static_cast<std::int32_t>(2 * oh * g.w);
-              for (index_t o0 = 0; o0 < g.wo; o0 += lanes) {
-                const index_t len = std::min(lanes, g.wo - o0);
+              for (index_t o1 = 0; o1 < g.wo; o1 += lanes) {
+                // AVX2: a row's last 8 windows overlap the previous 8 rather than being fewer
+                const index_t o0 = !wide && g.wo >= lanes ? std::min(o1, g.wo - lanes) : o1, len = std::min(lanes, g.wo - o0);
                 const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
                 std::int32_t* apo = ap ? ap + oh * g.wo + o0 : nullptr;
                 if (wide) conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
@@ -756,53 +838,45 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
     if (d.data() == nullptr) return;
     using R = detail::ad::arith_t<typename T::accumulator>;
     const auto g = geometry_of(a, d.shape());
-    const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
     const index_t planes = g.n * g.c;
-    if (!std::is_same_v<detail::remove_const_t<G>, R> && g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 &&
-        g.pad[0] == 0 && g.pad[1] == 0 && g.wo > 0 && g.wo <= detail::chunk) {
-      // disjoint 2 x 2 windows and 16-bit gradients: each input gets its window's gradient
-      // (0 + g, as the sum below has it) or zero, written a row of windows at a time from
-      // gradients widened in runs of whole rows (fp32 gradients: the sum below is as fast)
+    if (g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0 && g.wo > 0 &&
+        g.wo <= detail::chunk) {
+      // disjoint 2 x 2 windows: each input gets its window's gradient (0 + g, as the sum below
+      // has it) or zero, written a row of windows at a time from gradients widened in runs of
+      // whole rows; straight into a fresh fp32 gradient (the inputs no window covers, an odd
+      // last row or column, get their zeros here), else into zeros added once
+      GX* direct = nullptr;
+      if constexpr (std::is_same_v<GX, R>) {
+        if (d.is_contiguous() && ctx.take_fresh(d)) direct = d.data();
+      }
+      const auto acc = direct ? TensorView<R>() : ctx.template zeros<R>(d.shape());
+      R* base = direct ? reinterpret_cast<R*>(direct) : acc.data();
       const index_t wo = g.wo, rows_per = detail::chunk / wo;
       const auto wi = static_cast<std::int32_t>(g.w);
       detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
         std::array<R, detail::chunk> buf;
-        for (index_t pl = p0; pl < p1; ++pl)
+        for (index_t pl = p0; pl < p1; ++pl) {
+          R* plane = base + pl * g.h * g.w;
           for (index_t oh0 = 0; oh0 < g.ho; oh0 += rows_per) {
             const index_t rows = std::min(rows_per, g.ho - oh0), o = (pl * g.ho + oh0) * wo;
             const R* gv = detail::load_run<R>(gy.data() + o, rows * wo, index_t{1}, buf.data());
             for (index_t r = 0; r < rows; ++r) {
               const index_t oh = oh0 + r;
-              const std::int32_t* ap = sv.at + o + r * wo;
-              const R* gr = gv + r * wo;
-              R* r0 = acc.data() + pl * g.h * g.w + 2 * oh * g.w;
-              R* r1 = r0 + g.w;
-              const auto c0 = static_cast<std::int32_t>(2 * oh * g.w);
-#if PRECIS_X86_SIMD
-              if constexpr (std::is_same_v<R, float>) {
-                if (detail::cpu_has_avx512f()) {
-                  for (index_t o0 = 0; o0 < wo; o0 += 16) {
-                    conv_detail::max_pool_2x2_grad_avx512(gr + o0, ap + o0, std::min<index_t>(16, wo - o0),
-                                                          c0 + 2 * static_cast<std::int32_t>(o0), wi, r0 + 2 * o0, r1 + 2 * o0);
-                  }
-                  continue;
-                }
-              }
-#endif
-              for (index_t j = 0; j < wo; ++j) {
-                const R v = R(0) + gr[j];
-                const std::int32_t off = ap[j] - (c0 + 2 * static_cast<std::int32_t>(j));
-                r0[2 * j] = off == 0 ? v : R(0);
-                r0[2 * j + 1] = off == 1 ? v : R(0);
-                r1[2 * j] = off == wi ? v : R(0);
-                r1[2 * j + 1] = off == wi + 1 ? v : R(0);
+              conv_detail::max_pool_2x2_grad_row(gv + r * wo, sv.at + o + r * wo, wo, static_cast<std::int32_t>(2 * oh * g.w), wi,
+                                                 plane + 2 * oh * g.w);
+              if (direct && g.w > 2 * wo) {
+                std::fill(plane + 2 * oh * g.w + 2 * wo, plane + (2 * oh + 1) * g.w, R(0));
+                std::fill(plane + (2 * oh + 1) * g.w + 2 * wo, plane + (2 * oh + 2) * g.w, R(0));
               }
             }
           }
+          if (direct) std::fill(plane + 2 * g.ho * g.w, plane + g.h * g.w, R(0));
+        }
       });
-      ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
+      if (!direct) ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
       return;
     }
+    const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
     detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
       for (index_t pl = p0; pl < p1; ++pl)
         for (index_t q = 0; q < g.plane(); ++q) {
@@ -816,6 +890,7 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
 
 /// The mean of each window, padding counted as zeros (the divisor is always kh kw).
 struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "avg_pool2d";
   static constexpr std::string_view reason =
       "a sum of kh kw values: 4 fp16 values near 65504 overflow before the division, so it sums in the wide type";

@@ -26,6 +26,7 @@ struct add_derivative;
 /// (= g f'(x)), both evaluated in the arithmetic type of the op's compute type.
 template <class Op, policy::safety S, class Fwd, class D>
 struct unary_def : def<S> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   using attrs = typename def<S>::attrs;
   template <class T>
   using saved = typename def<S>::template saved<T>;
@@ -57,6 +58,7 @@ struct unary_def : def<S> {
 /// the accumulator.
 template <class Op, policy::safety S, class Fwd, class DA, class DB>
 struct binary_def : def<S> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   using attrs = typename def<S>::attrs;
   template <class T>
   using saved = typename def<S>::template saved<T>;
@@ -438,6 +440,7 @@ struct dropout : def<policy::safety::promote> {
 /// where(cond, a, b): a where cond != 0, else b, with broadcasting. cond is a constant (no
 /// gradient reaches it); the gradient goes to the selected operand.
 struct where : def<policy::safety::promote> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "where";
   static constexpr std::string_view reason = "selects between two tensors: exact in the widest input type";
   template <class P, class SC, class SA, class SB>
@@ -485,6 +488,7 @@ struct where : def<policy::safety::promote> {
 /// masked_fill(x, mask, value): value where mask != 0, x elsewhere; mask broadcasts to x's
 /// shape and is a constant. Attention's masks are built with it.
 struct masked_fill : def<policy::safety::neutral> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "masked_fill";
   static constexpr std::string_view reason = "writes a constant (rounded once) or copies: no arithmetic";
   struct attrs {

@@ -47,6 +47,7 @@ namespace precis::op {
 /// Axes reordered (axis i of the result is axis perm[i] of x): a view; the gradient flows back
 /// through the inverse reordering.
 struct permute : def<policy::safety::neutral> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "permute";
   static constexpr std::string_view reason = "moves no value";
   static constexpr bool is_view = true;
@@ -70,6 +71,7 @@ struct permute : def<policy::safety::neutral> {
 /// fp8 policy both are cast to scaled e4m3 and the output gradient to scaled e5m2; the products
 /// are divided by the scales in the accumulator.
 struct matmul : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "matmul";
   static constexpr std::string_view reason =
       "a product of two fp16/bf16/fp8 values is exact in fp32, so the error comes from the accumulator "
@@ -111,6 +113,7 @@ struct matmul : def<policy::safety::low_precision_safe> {
 /// the accumulator before the one rounding to the output type (fp8 policies: as matmul; the
 /// bias gradient is summed from the unscaled output gradient).
 struct linear : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "linear";
   static constexpr std::string_view reason = "x W^T + b: a matmul; the bias is added in the accumulator before the one rounding";
   static constexpr bool scaled_fp8 = true;
@@ -185,6 +188,7 @@ struct linear : def<policy::safety::low_precision_safe> {
 /// (NumPy's matmul rule). Both operands are read in the policy's storage type and their
 /// products accumulated in its accumulator, as for matmul.
 struct bmm : def<policy::safety::low_precision_safe> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "bmm";
   static constexpr std::string_view reason =
       "a batch of matmuls: each product is exact in fp32 and only the wide accumulator rounds";

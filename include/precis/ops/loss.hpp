@@ -52,6 +52,7 @@ namespace precis::op {
 /// in the accumulator, kept); the backward recomputes softmax from it. The labels are copied
 /// into the step's memory when the backward will need them.
 struct cross_entropy : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "cross_entropy";
   static constexpr std::string_view reason = "logsumexp over the classes, then a mean over the batch";
   struct attrs {
@@ -151,6 +152,7 @@ struct nll : def<policy::safety::needs_wide> {
 
 /// Mean of (pred - target)^2 over all elements.
 struct mse : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "mse";
   static constexpr std::string_view reason = "squared differences overflow fp16 above 255.9, then a mean over all elements";
 

@@ -27,6 +27,7 @@ const R* contiguous_in(const Ctx& ctx, const S* p, index_t n) {
 /// and variance are summed in the accumulator and kept (mean, 1/sqrt(var + eps)) for the
 /// backward; the normalization itself is element-wise in the arithmetic type.
 struct layer_norm : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "layer_norm";
   static constexpr std::string_view reason =
       "a row's mean and variance: accumulation, squares, and an eps below fp16's normal range";

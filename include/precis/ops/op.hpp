@@ -25,8 +25,10 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -175,7 +177,7 @@ class cpu {
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
   void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
     using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
-    if (add && take_fresh(c)) add = false;
+    if (take_fresh(c)) add = false;  // asked even when assigning: c is written either way
     const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     const auto al = static_cast<A>(alpha);
     if constexpr (std::is_same_v<G, A>) {
@@ -235,20 +237,26 @@ class cpu {
     }
   }
 
-  /// Backward: the gradient buffer [p, p + bytes) was allocated for this node and holds zeros
-  /// that nothing has added into. The first write into it through add_into, accumulate or gemm
-  /// assigns instead of adding (the same values: 0 + v rounded once is v rounded once, except
-  /// that a -0 stays -0), which skips reading the zeros back; any later write adds.
-  void mark_fresh(const void* p, std::size_t bytes) const noexcept {
+  /// Backward: the gradient buffer [p, p + bytes) was allocated for this node and nothing has
+  /// added into it. `zeroed`: it holds zeros; otherwise it holds nothing yet (an op that
+  /// declares assigns_fresh_gradients was handed it uninitialized) and settle_fresh() zeroes it
+  /// if no write took it. The first write into it through add_into, accumulate or gemm assigns
+  /// instead of adding (the same values: 0 + v rounded once is v rounded once, except that a
+  /// -0 stays -0), which skips reading zeros back; any later write adds. Returns false when
+  /// there is no room to track another buffer (the caller then zeroes it and forgets it).
+  bool mark_fresh(void* p, std::size_t bytes, bool zeroed = true) const noexcept {
     for (fresh_buffer& f : fresh_) {
       if (f.begin == nullptr) {
-        f = {static_cast<const unsigned char*>(p), bytes};
-        return;
+        f = {static_cast<unsigned char*>(p), bytes, zeroed};
+        return true;
       }
     }
+    return false;
   }
-  /// Whether a write into v may assign: v starts at a fresh buffer's first element (its other
-  /// elements are still zero). Any write that starts inside a fresh buffer ends its freshness.
+  /// Whether a write into v may assign: v starts at a fresh buffer's first element, and either
+  /// covers all of it or the rest holds zeros. A buffer without its zeros yet is zeroed here
+  /// unless v covers every byte of it once. Any write that starts inside a fresh buffer ends
+  /// its freshness; a write that does not start at its first element adds (into zeros).
   template <class T, class C>
   bool take_fresh(const TensorView<T, C>& v) const noexcept {
     const auto* p = reinterpret_cast<const unsigned char*>(v.data());
@@ -256,18 +264,50 @@ class cpu {
     for (fresh_buffer& f : fresh_) {
       if (f.begin != nullptr && !std::less<>{}(p, f.begin) && std::less<>{}(p, f.begin + f.bytes)) {
         const bool at_start = p == f.begin;
+        if (!f.zeroed && !(at_start && covers_densely(v, f.bytes))) std::memset(f.begin, 0, f.bytes);
         f = {};
         return at_start;
       }
     }
     return false;
   }
+  /// After an op's backward: the fresh buffers it never wrote get their zeros; every buffer is
+  /// forgotten.
+  void settle_fresh() const noexcept {
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin != nullptr && !f.zeroed) std::memset(f.begin, 0, f.bytes);
+      f = {};
+    }
+  }
 
  private:
   struct fresh_buffer {
-    const unsigned char* begin = nullptr;
+    unsigned char* begin = nullptr;
     std::size_t bytes = 0;
+    bool zeroed = true;
   };
+  /// Whether v's elements are `bytes` bytes from its first element, each once: its axes, by
+  /// increasing stride, are those of a contiguous array in some order (a permuted or
+  /// transposed view of the whole buffer; no broadcast or overlapping axes).
+  template <class T, class C>
+  static bool covers_densely(const TensorView<T, C>& v, std::size_t bytes) noexcept {
+    if (static_cast<std::size_t>(v.size()) * sizeof(T) != bytes) return false;
+    if (v.is_contiguous()) return true;
+    std::array<std::pair<index_t, index_t>, static_cast<std::size_t>(max_rank)> axes{};  // (stride, extent) of the axes longer than 1
+    std::size_t n = 0;
+    for (int i = 0; i < v.rank(); ++i) {
+      if (v.shape()[i] == 1) continue;
+      if (n == axes.size()) return false;
+      axes[n++] = {v.strides()[i], v.shape()[i]};
+    }
+    std::sort(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(n));
+    index_t expect = 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (axes[i].first != expect) return false;
+      expect *= axes[i].second;
+    }
+    return true;
+  }
   Arena* temp_;
   Arena* keep_;
   bool saving_;
@@ -298,6 +338,12 @@ using op_types_t = typename op_types_of<Op, P, S...>::type;
 /// A view op (is_view = true) returns a view of its input's memory; it has no forward.
 template <class Op>
 concept view_op = requires { requires Op::is_view; };
+
+/// An op whose backward writes its inputs' gradients only through the context (gemm, add_into,
+/// accumulate, or its own loops after take_fresh answered, assigning only when it said true):
+/// the tape hands it freshly allocated gradient buffers without zeroing them first.
+template <class Op>
+concept assigns_fresh = requires { requires Op::assigns_fresh_gradients; };
 
 /// A recorded op's state in the arena: its attributes, its inputs' ids and its saved values.
 template <class Op, class T, std::size_t N>
@@ -396,16 +442,27 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
   const op::cpu ctx(t.scratch(), t.arena(), false, gemm_isa_for<P>(), fp8_state_of(t));
-  // the inputs' gradient buffers this node allocates hold zeros nothing has added into: the
-  // op's first write into each may assign (op::cpu::mark_fresh). A value that is two inputs
-  // is allocated, and marked, once.
+  // the inputs' gradient buffers this node allocates hold nothing yet: the op's first write
+  // into each may assign (op::cpu::mark_fresh). Under an op that declares
+  // assigns_fresh_gradients they are not even zeroed first, when their type's zero is all
+  // zero bytes (the binary formats; not Boost.Multiprecision's): its writes zero what they do
+  // not cover, and settle_fresh() what it never wrote. (When the backward throws, they are left
+  // as they are: the sweep stops, and a sweep run again allocates intermediate gradients
+  // afresh.) A value that is two inputs is allocated, and marked, once.
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
           const std::uint32_t id = st.in[I];
           if (!t.slot(id).requires_grad || t.has_grad(id)) return;
-          const auto g = t.template grad_view<grad_t<P, S>>(id);
-          ctx.mark_fresh(g.data(), static_cast<std::size_t>(g.size()) * sizeof(grad_t<P, S>));
+          using GI = grad_t<P, S>;
+          if constexpr (assigns_fresh<Op> && std::is_trivially_copyable_v<GI>) {  // zeroed by memset
+            const auto g = t.template new_grad<GI>(id);
+            const auto bytes = static_cast<std::size_t>(g.size()) * sizeof(GI);
+            if (!ctx.mark_fresh(g.data(), bytes, false)) std::uninitialized_fill_n(g.data(), g.size(), GI(0));
+          } else {
+            const auto g = t.template grad_view<GI>(id);
+            ctx.mark_fresh(g.data(), static_cast<std::size_t>(g.size()) * sizeof(GI));
+          }
         }(),
         ...);
   }(std::index_sequence_for<S...>{});
@@ -417,6 +474,7 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
                              std::tuple<TensorView<const S>...>(value_ref<S, P>{&t, st.in[I]}...),
                              std::tuple<TensorView<grad_t<P, S>>...>(grad_ref<grad_t<P, S>, P>{&t, st.in[I]}...));
   }(std::index_sequence_for<S...>{});
+  if constexpr (assigns_fresh<Op>) ctx.settle_fresh();
 }
 
 template <class First, class... Rest>

@@ -56,6 +56,7 @@ enum class reduction { sum, mean, norm, logsumexp };
 /// gradient times D(x, y), broadcast back over the reduced axis, in the arithmetic type.
 template <class Op, reduction R, class D>
 struct reduce_def : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   struct attrs {
     int axis = 0;
     bool all = true;
@@ -153,6 +154,7 @@ struct logsumexp : reduce_def<logsumexp, reduction::logsumexp, fn_::d_logsumexp>
 /// accumulator; the backward's per-fiber sums too.
 template <class Op, bool Log>
 struct softmax_def : def<policy::safety::needs_wide> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   struct attrs {
     int axis = -1;
   };

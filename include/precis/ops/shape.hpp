@@ -16,6 +16,7 @@ namespace precis::op {
 /// Gradients of a view op: gy added into gx seen through the same view.
 template <class Op>
 struct view_def : def<policy::safety::neutral> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr bool is_view = true;
   template <class T, class Ctx, class Attrs, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const Attrs& a, const saved<T>&, const TensorView<const G>& gy,
@@ -78,6 +79,7 @@ struct reshape : view_def<reshape> {
 /// Concatenation along an axis; every other extent must agree. The output is in the widest
 /// input type; each input's gradient is its slice of the output's.
 struct cat : def<policy::safety::promote> {
+  static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "cat";
   static constexpr std::string_view reason = "copies: exact in the widest input type";
   struct attrs {
