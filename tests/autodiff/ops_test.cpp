@@ -207,7 +207,8 @@ void expect_conv_matches(const conv2d_options& o, const Shape& xs, const Shape& 
 /// before (the arena hands out the same addresses for the same shapes) must
 /// give the gradients of a step on a new tape, bit for bit: ops whose gradients reach only part
 /// of their input (an odd-sized max pool, a slice), none of it (where's condition), inputs used
-/// twice, and 2 x 2 pools, whose fp32 gradients are written straight into the buffer.
+/// twice, and the 2 x 2 max pool and conv2d, whose fp32 gradients are written (conv2d: summed)
+/// straight into the buffer.
 template <class P>
 class FreshGradients : public ::testing::Test {};
 TYPED_TEST_SUITE(FreshGradients, Policies);
@@ -238,7 +239,7 @@ TYPED_TEST(FreshGradients, NeedNoZerosFromTheArena) {
       grads.emplace_back(t.shape());
       p.push_back(tape.param(t.view(), grads.back().view()));
     }
-    const auto h = conv2d(p[0], p[1], p[2], conv2d_options{{1, 1}, {1, 1}, {1, 1}, 1});     // [2, 4, 7, 7]
+    const auto h = conv2d(tanh(p[0]), p[1], p[2], conv2d_options{{1, 1}, {1, 1}, {1, 1}, 1});  // [2, 4, 7, 7]
     const auto bn = batch_norm(h, p[7], p[8]);                                              // h used twice
     const auto pooled = max_pool2d(relu(h), {{2, 2}, {2, 2}, {0, 0}});                      // [2, 4, 3, 3]: row 7 and column 7 get no gradient
     const auto avg = avg_pool2d(mul(h, p[9]), {{3, 3}, {2, 2}, {1, 1}});                    // [2, 4, 4, 4]

@@ -273,7 +273,18 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const index_t nb = conv_detail::images_per_batch(g.n, k, p);
     const auto gw_acc = want_w ? ctx.template zeros<Acc>(sv.w.shape()) : TensorView<Acc>();
     const auto gb_acc = want_b ? ctx.template zeros<Acc>(Shape{oc_all}) : TensorView<Acc>();
-    const auto gx_acc = want_x ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
+    // x's gradient is summed in Acc: straight into a fresh gradient of that type (zeroed here),
+    // else into zeros added once at the end
+    Acc* gx_sum = nullptr;
+    if constexpr (std::is_same_v<std::remove_pointer_t<decltype(gxv.data())>, Acc>) {
+      if (want_x && gxv.is_contiguous() && ctx.take_fresh(gxv)) {
+        gx_sum = gxv.data();
+        std::fill_n(gx_sum, gxv.size(), Acc(0));
+      }
+    }
+    const bool gx_direct = gx_sum != nullptr;
+    const auto gx_acc = want_x && !gx_direct ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
+    if (want_x && !gx_direct) gx_sum = gx_acc.data();
     const auto col = want_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
     const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
     // the GEMMs' copy of gy: cast to scaled e5m2 under an fp8 policy (the bias sums read gy)
@@ -331,11 +342,11 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
           ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false, 1.0 / (double(sv.sc.s1) * sg));
-          conv_detail::col2im(g, dc.data(), gi * cg, cg, n0, count, gx_acc.data());
+          conv_detail::col2im(g, dc.data(), gi * cg, cg, n0, count, gx_sum);
         }
       }
     }
-    if (want_x) ctx.template add_into<Acc>("precis::conv2d", gxv, gx_acc.as_const());
+    if (want_x && !gx_direct) ctx.template add_into<Acc>("precis::conv2d", gxv, gx_acc.as_const());
     if (want_w) ctx.template add_into<Acc>("precis::conv2d", gwv, gw_acc.as_const());
     if constexpr (sizeof...(GX) == 3) {
       if (want_b) ctx.template add_into<Acc>("precis::conv2d", std::get<2>(gx), gb_acc.as_const());
