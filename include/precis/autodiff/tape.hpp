@@ -382,14 +382,13 @@ class Tape {
     return TensorView<G>(static_cast<G*>(s.grad), s.shape, s.contiguous ? s.strides : contiguous_strides(s.shape),
                          typename TensorView<G>::unchecked{});
   }
-  /// The gradient buffer of a value that has none yet, allocated uninitialized: for a caller
-  /// that writes every element or zeroes it (op::cpu::mark_fresh).
+  /// The gradient buffer of a value that has none yet, its n elements (the value's) allocated
+  /// uninitialized: for a caller that writes every element or zeroes it (op::cpu::mark_fresh).
   template <class G>
-  TensorView<G> new_grad(std::uint32_t id) {
-    Slot& s = slots_[id];
-    s.grad = arena_.allocate_array<G>(static_cast<std::size_t>(s.shape.numel()));
-    return TensorView<G>(static_cast<G*>(s.grad), s.shape, s.contiguous ? s.strides : contiguous_strides(s.shape),
-                         typename TensorView<G>::unchecked{});
+  G* new_grad(std::uint32_t id, std::size_t n) {
+    G* g = arena_.allocate_array<G>(n);
+    slots_[id].grad = g;
+    return g;
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
   Arena& arena() noexcept { return arena_; }

@@ -248,6 +248,7 @@ class cpu {
     for (fresh_buffer& f : fresh_) {
       if (f.begin == nullptr) {
         f = {static_cast<unsigned char*>(p), bytes, zeroed};
+        unzeroed_ += zeroed ? 0 : 1;
         return true;
       }
     }
@@ -264,20 +265,27 @@ class cpu {
     for (fresh_buffer& f : fresh_) {
       if (f.begin != nullptr && !std::less<>{}(p, f.begin) && std::less<>{}(p, f.begin + f.bytes)) {
         const bool at_start = p == f.begin;
-        if (!f.zeroed && !(at_start && covers_densely(v, f.bytes))) std::memset(f.begin, 0, f.bytes);
+        if (!f.zeroed) {
+          if (!(at_start && covers_densely(v, f.bytes))) std::memset(f.begin, 0, f.bytes);
+          --unzeroed_;
+        }
         f = {};
         return at_start;
       }
     }
     return false;
   }
-  /// After an op's backward: the fresh buffers it never wrote get their zeros; every buffer is
-  /// forgotten.
+  /// After an op's backward: the fresh buffers it never wrote, and that were handed out
+  /// without zeros, get them (the context is not used again).
   void settle_fresh() const noexcept {
+    if (unzeroed_ == 0) return;  // every buffer handed out unzeroed was written
     for (fresh_buffer& f : fresh_) {
-      if (f.begin != nullptr && !f.zeroed) std::memset(f.begin, 0, f.bytes);
-      f = {};
+      if (f.begin != nullptr && !f.zeroed) {
+        std::memset(f.begin, 0, f.bytes);
+        f = {};
+      }
     }
+    unzeroed_ = 0;
   }
 
  private:
@@ -291,8 +299,14 @@ class cpu {
   /// transposed view of the whole buffer; no broadcast or overlapping axes).
   template <class T, class C>
   static bool covers_densely(const TensorView<T, C>& v, std::size_t bytes) noexcept {
-    if (static_cast<std::size_t>(v.size()) * sizeof(T) != bytes) return false;
-    if (v.is_contiguous()) return true;
+    index_t count = 1;  // the element count and row-major contiguity in one pass
+    bool row_major = true;
+    for (int i = v.rank() - 1; i >= 0; --i) {
+      row_major = row_major && (v.shape()[i] == 1 || v.strides()[i] == count);
+      count *= v.shape()[i];
+    }
+    if (static_cast<std::size_t>(count) * sizeof(T) != bytes) return false;
+    if (row_major) return true;
     std::array<std::pair<index_t, index_t>, static_cast<std::size_t>(max_rank)> axes{};  // (stride, extent) of the axes longer than 1
     std::size_t n = 0;
     for (int i = 0; i < v.rank(); ++i) {
@@ -314,6 +328,7 @@ class cpu {
   gemm_isa max_isa_;
   fp8::scaling_state* fp8_;
   mutable std::array<fresh_buffer, 4> fresh_{};
+  mutable int unzeroed_ = 0;  // fresh buffers not zeroed and not yet written
 };
 
 }  // namespace precis::op
@@ -456,9 +471,9 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
           if (!t.slot(id).requires_grad || t.has_grad(id)) return;
           using GI = grad_t<P, S>;
           if constexpr (assigns_fresh<Op> && std::is_trivially_copyable_v<GI>) {  // zeroed by memset
-            const auto g = t.template new_grad<GI>(id);
-            const auto bytes = static_cast<std::size_t>(g.size()) * sizeof(GI);
-            if (!ctx.mark_fresh(g.data(), bytes, false)) std::uninitialized_fill_n(g.data(), g.size(), GI(0));
+            const auto elems = static_cast<std::size_t>(t.slot(id).shape.numel());
+            GI* g = t.template new_grad<GI>(id, elems);
+            if (!ctx.mark_fresh(g, elems * sizeof(GI), false)) std::uninitialized_fill_n(g, elems, GI(0));
           } else {
             const auto g = t.template grad_view<GI>(id);
             ctx.mark_fresh(g.data(), static_cast<std::size_t>(g.size()) * sizeof(GI));
