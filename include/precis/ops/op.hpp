@@ -307,18 +307,17 @@ class cpu {
     }
     if (static_cast<std::size_t>(count) * sizeof(T) != bytes) return false;
     if (row_major) return true;
-    std::array<std::pair<index_t, index_t>, static_cast<std::size_t>(max_rank)> axes{};  // (stride, extent) of the axes longer than 1
-    std::size_t n = 0;
-    for (int i = 0; i < v.rank(); ++i) {
-      if (v.shape()[i] == 1) continue;
-      if (n == axes.size()) return false;
-      axes[n++] = {v.strides()[i], v.shape()[i]};
-    }
-    std::sort(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(n));
+    // in some order: the axes longer than 1 have strides 1, e1, e1 e2, ... (each used once)
+    std::array<bool, static_cast<std::size_t>(max_rank)> used{};
     index_t expect = 1;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (axes[i].first != expect) return false;
-      expect *= axes[i].second;
+    for (int found = 0; expect < count; ++found) {
+      int next = -1;
+      for (int i = 0; i < v.rank() && next < 0; ++i) {
+        if (!used[static_cast<std::size_t>(i)] && v.shape()[i] != 1 && v.strides()[i] == expect) next = i;
+      }
+      if (next < 0 || found == max_rank) return false;
+      used[static_cast<std::size_t>(next)] = true;
+      expect *= v.shape()[next];
     }
     return true;
   }
