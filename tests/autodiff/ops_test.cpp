@@ -4,6 +4,7 @@
 // calls list the same ops; bad input gets named errors.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,10 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 using namespace precis;
 namespace pol = precis::policy;
@@ -298,10 +303,15 @@ TEST(OpLayerReference, Conv2dMatchesDefinition) {
   }
 }
 
-/// conv2d's gradients under 64-true against the adjoint of the definition (dx, dw, db of
-/// sum(y * c)), each a plain sum of products; geometries that take every im2col / col2im path
-/// (strided, dilated, grouped, and "same" unit-stride sweeps with taps off every edge).
-TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
+/// conv2d's gradients under 64-true and 32-true against the adjoint of the definition (dx, dw,
+/// db of sum(y * c)), each a plain sum of products evaluated in double from the values the tape
+/// sees; geometries that take every im2col / col2im path (strided, dilated, grouped, and "same"
+/// unit-stride sweeps with taps off every edge) and, in fp32, the weight gradient read straight
+/// from the output gradient (tiles of 3 x 3 entries: channel counts that leave partial tiles,
+/// planes that leave a tail of positions past a multiple of 8). Each entry's error is bounded by
+/// gamma(n) times the sum of its terms' magnitudes, n the number of terms (any summation order).
+template <class S>
+void expect_conv_gradients_match_adjoint() {
   struct geometry_case {
     conv2d_options o;
     Shape xs, ws;
@@ -313,6 +323,8 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
       {{{1, 1}, {2, 1}, {1, 1}, 1}, {1, 2, 4, 6}, {2, 2, 5, 3}},  // taps past both edges
       {{{1, 2}, {0, 1}, {1, 1}, 1}, {2, 2, 5, 7}, {3, 2, 2, 3}},  // horizontal stride
       {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 2, 5, 4}, {10, 2, 3, 3}},  // 10 channels: bias sums 8 side by side, then 2
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 1, 4, 4}, {16, 1, 3, 3}},  // 16 planes of 16 positions: no tail
+      {{{1, 1}, {0, 0}, {1, 1}, 1}, {5, 3, 7, 9}, {7, 3, 2, 2}},  // 6 x 8 = 48 positions: no tail; k = 12
       // several column batches (2 images, then 1), each recomputing its columns in the backward
       {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 2, 120, 120}, {3, 2, 3, 3}},
   };
@@ -320,20 +332,28 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
   const auto& last = cases.back();
   ASSERT_LT(op::conv_detail::images_per_batch(last.xs[0], last.ws[1] * last.ws[2] * last.ws[3], last.xs[2] * last.xs[3]), last.xs[0]);
   unsigned seed = 200;
+  const auto to_s = [](Tensor<double>& t) {  // the values the tape sees, in double
+    for (auto& v : t) v = static_cast<double>(static_cast<S>(v));
+  };
   for (const auto& [o, xs, ws] : cases) {
     auto x = uniform(xs, -1, 1, seed), w = uniform(ws, -1, 1, seed + 1), b = uniform({ws[0]}, -1, 1, seed + 2);
+    to_s(x), to_s(w), to_s(b);
     Tensor<double> ref, mag;
     conv_reference(x, w, b, o, ref, mag);
-    const auto c = uniform(ref.shape(), -1, 1, seed + 3);
+    auto c = uniform(ref.shape(), -1, 1, seed + 3);
+    to_s(c);
     seed += 10;
-    using P = pol::true_<double>;
-    Tensor<double> gx(x.shape()), gw(w.shape()), gb(b.shape());
+    using P = pol::true_<S>;
+    auto xt = astype<S>(x), wt = astype<S>(w), bt = astype<S>(b);
+    const auto ct = astype<S>(c);
+    Tensor<S> gx(x.shape()), gw(w.shape()), gb(b.shape());
     Tape<P> t;
-    const auto xv = t.param(x.view(), gx.view());
-    const auto wv = t.param(w.view(), gw.view());
-    const auto bv = t.param(b.view(), gb.view());
-    t.backward(sum(mul(conv2d(xv, wv, bv, o), t.input(c))));
-    Tensor<double> rx(x.shape()), rw(w.shape()), rb(b.shape());
+    const auto xv = t.param(xt.view(), gx.view());
+    const auto wv = t.param(wt.view(), gw.view());
+    const auto bv = t.param(bt.view(), gb.view());
+    t.backward(sum(mul(conv2d(xv, wv, bv, o), t.input(ct))));
+    // the adjoint and, beside each entry, the sum of its terms' magnitudes
+    Tensor<double> rx(x.shape()), rw(w.shape()), rb(b.shape()), ax(x.shape()), aw(w.shape()), ab(b.shape());
     const index_t og = ws[0] / o.groups, cg = ws[1];
     for (index_t n = 0; n < xs[0]; ++n)
       for (index_t f = 0; f < ws[0]; ++f)
@@ -341,6 +361,7 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
           for (index_t ow = 0; ow < ref.shape()[3]; ++ow) {
             const double g = c(n, f, oh, ow);
             rb(f) += g;
+            ab(f) += std::abs(g);
             for (index_t ci = 0; ci < cg; ++ci)
               for (index_t i = 0; i < ws[2]; ++i)
                 for (index_t j = 0; j < ws[3]; ++j) {
@@ -349,19 +370,82 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
                   if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
                   const index_t ch = (f / og) * cg + ci;
                   rx(n, ch, ih, iw) += g * w(f, ci, i, j);
+                  ax(n, ch, ih, iw) += std::abs(g * w(f, ci, i, j));
                   rw(f, ci, i, j) += g * x(n, ch, ih, iw);
+                  aw(f, ci, i, j) += std::abs(g * x(n, ch, ih, iw));
                 }
           }
-    // each gradient is a sum of at most `terms` products of magnitude <= 1 (dw and db: one per
-    // image and output position; dx: one per output channel of its group and tap)
+    // dw and db: one term per image and output position; dx: one per output channel of its
+    // group and tap; and one rounding more into the gradient's storage
     const auto terms = static_cast<double>(std::max(xs[0] * ref.shape()[2] * ref.shape()[3], og * ws[2] * ws[3]));
-    const double tol = bounds::gamma(terms, unit_roundoff<double>()) * terms;
-    const std::string at = " (case x " + xs.str() + ", w " + ws.str() + ")";
-    for (index_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gx.data()[i], rx.data()[i], tol) << "dx " << i << at;
-    for (index_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gw.data()[i], rw.data()[i], tol) << "dw " << i << at;
-    for (index_t i = 0; i < b.size(); ++i) ASSERT_NEAR(gb.data()[i], rb.data()[i], tol) << "db " << i << at;
+    const double gam = bounds::gamma(terms + 1, unit_roundoff<S>());
+    const std::string at = " (" + std::string(P::name()) + ", case x " + xs.str() + ", w " + ws.str() + ")";
+    for (index_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gx.data()[i], rx.data()[i], gam * ax.data()[i]) << "dx " << i << at;
+    for (index_t i = 0; i < w.size(); ++i) ASSERT_NEAR(gw.data()[i], rw.data()[i], gam * aw.data()[i]) << "dw " << i << at;
+    for (index_t i = 0; i < b.size(); ++i) ASSERT_NEAR(gb.data()[i], rb.data()[i], gam * ab.data()[i]) << "db " << i << at;
   }
 }
+
+TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
+  expect_conv_gradients_match_adjoint<double>();
+  expect_conv_gradients_match_adjoint<float>();
+}
+
+/// conv_detail::weight_grad_direct (the fp32 weight gradient read in place) for fp32, bf16 and
+/// fp16 operands against sums in double: partial 3 x 3 tiles (5 channels, 7 column rows), planes
+/// with and without a tail past a multiple of 8, several images; gw starts non-zero and alpha
+/// scales. The same bits for one thread and two.
+template <class S>
+void expect_weight_grad_direct() {
+  if (!op::conv_detail::weight_grad_direct_available()) GTEST_SKIP() << "AVX2 and FMA are not available on this CPU (or OS, or PRECIS_ISA caps them)";
+  std::mt19937_64 rng(77);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const auto& [og, oc, k, count, p] : std::vector<std::array<index_t, 5>>{{5, 6, 7, 3, 13}, {5, 5, 7, 2, 16}, {1, 2, 1, 1, 3}, {16, 16, 9, 4, 49}}) {
+    std::vector<S> g(static_cast<std::size_t>(count * oc * p)), col(static_cast<std::size_t>(k * count * p));
+    for (auto& v : g) v = static_cast<S>(u(rng));
+    for (auto& v : col) v = static_cast<S>(u(rng));
+    std::vector<float> gw0(static_cast<std::size_t>(og * k));
+    for (auto& v : gw0) v = u(rng);
+    const float alpha = 0.5f;
+    auto run = [&](int threads) {
+      std::vector<float> gw = gw0, part(static_cast<std::size_t>(op::conv_detail::weight_grad_part_size(og, k)));
+      const index_t tail = op::conv_detail::weight_grad_tail_len(count, p);
+      std::vector<S> tg(static_cast<std::size_t>(og * tail + 1)), tc(static_cast<std::size_t>(k * tail + 1));
+#if defined(_OPENMP)
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+#else
+      (void)threads;
+#endif
+      op::conv_detail::weight_grad_direct(g.data(), oc * p, og, col.data(), k, count, p, alpha, gw.data(), part.data(), tg.data(), tc.data());
+#if defined(_OPENMP)
+      omp_set_num_threads(before);
+#endif
+      return gw;
+    };
+    const auto gw = run(1);
+    EXPECT_EQ(run(2), gw) << "og " << og << ", k " << k << ", p " << p;
+    const double gam = bounds::gamma(static_cast<double>(count * p + 2), unit_roundoff<float>());
+    for (index_t o = 0; o < og; ++o)
+      for (index_t t = 0; t < k; ++t) {
+        double s = 0, a = 0;
+        for (index_t b = 0; b < count; ++b)
+          for (index_t q = 0; q < p; ++q) {
+            const double v = static_cast<double>(static_cast<float>(g[static_cast<std::size_t>(b * oc * p + o * p + q)])) *
+                             static_cast<double>(static_cast<float>(col[static_cast<std::size_t>(t * count * p + b * p + q)]));
+            s += v;
+            a += std::abs(v);
+          }
+        const double ref = gw0[static_cast<std::size_t>(o * k + t)] + alpha * s;
+        const double tol = gam * (std::abs(gw0[static_cast<std::size_t>(o * k + t)]) + alpha * a);
+        ASSERT_NEAR(gw[static_cast<std::size_t>(o * k + t)], ref, tol) << "o " << o << ", t " << t << ", og " << og << ", k " << k << ", p " << p;
+      }
+  }
+}
+
+TEST(OpLayerReference, Conv2dWeightGradientDirectFloat) { expect_weight_grad_direct<float>(); }
+TEST(OpLayerReference, Conv2dWeightGradientDirectBfloat16) { expect_weight_grad_direct<bfloat16>(); }
+TEST(OpLayerReference, Conv2dWeightGradientDirectHalf) { expect_weight_grad_direct<half>(); }
 
 /// softmax(q k^T / sqrt(d), causal) v by its definition, in double.
 Tensor<double> attention_reference(const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v, bool causal) {

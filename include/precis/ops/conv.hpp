@@ -136,6 +136,131 @@ void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t 
   });
 }
 
+/// Formats whose values the weight-gradient kernel below widens to fp32 exactly.
+template <class S>
+inline constexpr bool widens_to_f32 = std::is_same_v<S, float> || std::is_same_v<S, bfloat16> || std::is_same_v<S, half>;
+
+/// The fp32 partial sums of one entry of the weight gradient, added in a fixed pairwise order.
+inline float lane_sum(const float* v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
+
+#if PRECIS_X86_SIMD
+/// Eight values of S (float, bfloat16 or half) at p, widened to fp32 (exact).
+template <class S>
+PRECIS_TARGET_AVX2 inline __m256 load8_f32(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<S, bfloat16>) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
+
+/// Tiles [t0, t1) of the weight gradient's partial sums: for rows o < og of g and t < k of col,
+/// the eight fp32 lanes of the sum over images b < count and positions q < len (a multiple of 8)
+/// of g[b * gs + o * grs + q] * col[t * crs + b * cis + q], lane q % 8, added to part (9 x 8
+/// floats a tile; each image's sums pass through it). Tiles are 3 rows of g x 3 rows of col,
+/// col's blocks outermost (a tile's col rows stay in L1 across g's blocks); rows past og or k
+/// repeat the last one and their sums are not used.
+template <class GQ, class L>
+PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs, index_t cis,
+                                          index_t k, index_t count, index_t len, float* part, index_t t0, index_t t1) {
+  const index_t ob_n = (og + 2) / 3;
+  for (index_t b = 0; b < count; ++b) {
+    for (index_t tile = t0; tile < t1; ++tile) {
+      const index_t tb = tile / ob_n, ob = tile % ob_n;
+      const GQ* g0 = g + b * gs + std::min(3 * ob, og - 1) * grs;
+      const GQ* g1 = g + b * gs + std::min(3 * ob + 1, og - 1) * grs;
+      const GQ* g2 = g + b * gs + std::min(3 * ob + 2, og - 1) * grs;
+      const L* c0 = col + std::min(3 * tb, k - 1) * crs + b * cis;
+      const L* c1 = col + std::min(3 * tb + 1, k - 1) * crs + b * cis;
+      const L* c2 = col + std::min(3 * tb + 2, k - 1) * crs + b * cis;
+      float* pt = part + tile * 72;
+      __m256 a00 = _mm256_loadu_ps(pt), a01 = _mm256_loadu_ps(pt + 8), a02 = _mm256_loadu_ps(pt + 16);
+      __m256 a10 = _mm256_loadu_ps(pt + 24), a11 = _mm256_loadu_ps(pt + 32), a12 = _mm256_loadu_ps(pt + 40);
+      __m256 a20 = _mm256_loadu_ps(pt + 48), a21 = _mm256_loadu_ps(pt + 56), a22 = _mm256_loadu_ps(pt + 64);
+      for (index_t q = 0; q < len; q += 8) {
+        const __m256 x0 = load8_f32(g0 + q), x1 = load8_f32(g1 + q), x2 = load8_f32(g2 + q);
+        __m256 y = load8_f32(c0 + q);
+        a00 = _mm256_fmadd_ps(x0, y, a00);
+        a10 = _mm256_fmadd_ps(x1, y, a10);
+        a20 = _mm256_fmadd_ps(x2, y, a20);
+        y = load8_f32(c1 + q);
+        a01 = _mm256_fmadd_ps(x0, y, a01);
+        a11 = _mm256_fmadd_ps(x1, y, a11);
+        a21 = _mm256_fmadd_ps(x2, y, a21);
+        y = load8_f32(c2 + q);
+        a02 = _mm256_fmadd_ps(x0, y, a02);
+        a12 = _mm256_fmadd_ps(x1, y, a12);
+        a22 = _mm256_fmadd_ps(x2, y, a22);
+      }
+      _mm256_storeu_ps(pt, a00), _mm256_storeu_ps(pt + 8, a01), _mm256_storeu_ps(pt + 16, a02);
+      _mm256_storeu_ps(pt + 24, a10), _mm256_storeu_ps(pt + 32, a11), _mm256_storeu_ps(pt + 40, a12);
+      _mm256_storeu_ps(pt + 48, a20), _mm256_storeu_ps(pt + 56, a21), _mm256_storeu_ps(pt + 64, a22);
+    }
+  }
+}
+#endif
+
+/// Elements of the two scratch buffers weight_grad_direct needs: the tiles' partial sums, and
+/// the last p % 8 positions of every image gathered (rows of og + k, padded to whole vectors).
+inline index_t weight_grad_part_size(index_t og, index_t k) { return (og + 2) / 3 * ((k + 2) / 3) * 72; }
+inline index_t weight_grad_tail_len(index_t count, index_t p) { return (count * (p % 8) + 7) / 8 * 8; }
+
+/// conv2d's weight gradient without a GEMM: gw[o * k + t] += alpha * sum over images b < count
+/// and positions q < p of g[b * gs + o * p + q] * col[t * count * p + b * p + q], where g is the
+/// output gradient as it lies ([images, channels, p], image stride gs: no reorganised copy) and
+/// col the columns [k, count * p]. The long sums are what a GEMM would pack both operands for
+/// (each packed value used og or k times only); here both are read in place, eight fp32 lanes
+/// per entry (every product of float, bfloat16 or half values exact), image after image, then
+/// every image's last p % 8 positions gathered into one more row (zero-padded), and the lanes
+/// added pairwise at the end: the same operations in the same order for any thread count.
+/// `part` holds weight_grad_part_size floats, tail_g og and tail_c k rows of
+/// weight_grad_tail_len values. Needs weight_grad_direct_available().
+template <class GQ, class L>
+void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
+                        float* gw, float* part, GQ* tail_g, L* tail_c) {
+#if PRECIS_X86_SIMD
+  const index_t ob_n = (og + 2) / 3, tiles = ob_n * ((k + 2) / 3), cols = count * p, full = p / 8 * 8, rem = p - full;
+  const index_t tail = weight_grad_tail_len(count, p);
+  if (rem > 0) {  // the tails, image after image, then zeros to a whole vector
+    for (index_t o = 0; o < og; ++o) {
+      GQ* d = tail_g + o * tail;
+      for (index_t b = 0; b < count; ++b) std::copy_n(g + b * gs + o * p + full, rem, d + b * rem);
+      std::fill(d + count * rem, d + tail, static_cast<GQ>(0.0f));
+    }
+    for (index_t t = 0; t < k; ++t) {
+      L* d = tail_c + t * tail;
+      for (index_t b = 0; b < count; ++b) std::copy_n(col + t * cols + b * p + full, rem, d + b * rem);
+      std::fill(d + count * rem, d + tail, static_cast<L>(0.0f));
+    }
+  }
+  detail::parallel_ranges(tiles, detail::threads_for(og * k * count * p, index_t{1} << 16), [&](index_t t0, index_t t1) {
+    std::fill(part + t0 * 72, part + t1 * 72, 0.0f);
+    weight_grad_tiles(g, gs, p, og, col, cols, p, k, count, full, part, t0, t1);
+    if (rem > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, 0, k, 1, tail, part, t0, t1);
+    for (index_t tile = t0; tile < t1; ++tile) {
+      const index_t tb = tile / ob_n, ob = tile % ob_n;
+      for (index_t i = 0; i < 3 && 3 * ob + i < og; ++i)
+        for (index_t j = 0; j < 3 && 3 * tb + j < k; ++j)
+          gw[(3 * ob + i) * k + 3 * tb + j] += alpha * lane_sum(part + tile * 72 + (3 * i + j) * 8);
+    }
+  });
+#else
+  (void)g, (void)gs, (void)og, (void)col, (void)k, (void)count, (void)p, (void)alpha, (void)gw, (void)part, (void)tail_g, (void)tail_c;
+#endif
+}
+
+/// Whether this CPU runs weight_grad_direct (AVX2 and FMA, within PRECIS_ISA's cap).
+inline bool weight_grad_direct_available() {
+#if PRECIS_X86_SIMD
+  return detail::cpu_has_avx2_fma();
+#else
+  return false;
+#endif
+}
+
 /// Images per im2col batch: the column buffer holds at most 2^19 elements (2 MiB of fp32), so
 /// that one batch's columns, their GEMMs' packed copies and the backward's column gradients
 /// stay in cache between the loops that write and read them, instead of streaming through
@@ -291,13 +416,22 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     float sg = 1.0f;
     const auto gq = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
     using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
+    // the weight gradient straight from gy and the columns where the types allow
+    // (conv_detail::weight_grad_direct); the GEMMs read gy reorganised as [og, images * p]
+    constexpr bool direct_types = std::is_same_v<Acc, float> && conv_detail::widens_to_f32<L> && conv_detail::widens_to_f32<GQ>;
+    const bool direct_w = direct_types && want_w && conv_detail::weight_grad_direct_available();
+    const auto part = direct_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
+    const index_t tail = direct_w ? conv_detail::weight_grad_tail_len(nb, p) : 0;
+    const auto tail_g = ctx.template temp<GQ>(Shape{og * tail});
+    const auto tail_c = ctx.template temp<L>(Shape{k * tail});
     const auto gyg = ctx.template temp<GQ>(Shape{og, nb * p});
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
+        const bool need_gm = want_x || (want_w && !direct_w);
         // this group's output gradients as [og, count * p]
         detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
-          for (index_t o = o0; o < o1; ++o) {
+          for (index_t o = need_gm ? o0 : o1; o < o1; ++o) {
             for (index_t b = 0; b < count; ++b) {
               const index_t at = ((n0 + b) * oc_all + gi * og + o) * p;
               std::copy_n(gq.data() + at, p, gyg.data() + o * cols + b * p);
@@ -336,8 +470,18 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
           if (!sv.cols) conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
-          ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}).transpose(),
-                   TensorView<const L>(cg_cols, Shape{k, cols}), gm.transpose(), true, 1.0 / (double(sv.sc.s0) * sg));
+          const double alpha = 1.0 / (double(sv.sc.s0) * sg);
+          if constexpr (direct_types) {
+            if (direct_w) {
+              conv_detail::weight_grad_direct(gq.data() + (n0 * oc_all + gi * og) * p, oc_all * p, og, cg_cols, k, count, p,
+                                              static_cast<float>(alpha), gw_acc.data() + gi * og * k, part.data(), tail_g.data(),
+                                              tail_c.data());
+            }
+          }
+          if (!direct_w) {
+            ctx.gemm(TensorView<Acc>(gw_acc.data() + gi * og * k, Shape{og, k}).transpose(),
+                     TensorView<const L>(cg_cols, Shape{k, cols}), gm.transpose(), true, alpha);
+          }
         }
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
