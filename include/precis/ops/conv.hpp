@@ -5,7 +5,10 @@
 // in the policy's compute type, a batch of images at a time), multiplied by the weights with
 // the policy's accumulator, and each output rounded once after its bias is added. The backward
 // runs the two transposed GEMMs in the accumulator and scatters the column gradients back
-// (col2im) into an accumulator image: every gradient is rounded once into its storage.
+// (col2im) into an accumulator image: every gradient is rounded once into its storage. With an
+// fp32 accumulator (and float, bfloat16 or half operands) on a CPU with AVX2 and FMA, the
+// weight gradient is not a GEMM: conv_detail::weight_grad_direct reads the output gradient and
+// the columns in place (a GEMM would pack both, each packed value used only O or C kh kw times).
 #pragma once
 
 #include "precis/config.hpp"
