@@ -5,7 +5,9 @@
 //    conv_time / gemm_time is the cost of im2col, col2im, the rounding and the tape;
 //  - one pre-LN transformer block of the demo's ViT (16 tokens, width 64, 4 heads, MLP 128),
 //    forward + backward at batch 128, under 32-true and bf16-mixed, beside the GEMM time of its
-//    projections and MLP at the same shapes.
+//    projections and MLP at the same shapes;
+//  - batch norm (training) forward + backward on the convolutions' outputs, beside relu's on the
+//    same tensor (one element-wise op's passes over the data).
 // Counters: GFLOP/s of the convolution (2 N O Ho Wo C kh kw per product, 3 products).
 #include <benchmark/benchmark.h>
 
@@ -106,6 +108,37 @@ void BM_transformer_block_gemm_baseline(benchmark::State& state) {
   state.counters["GFLOP/s (GEMMs)"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// batch_norm (training) forward + backward on a tape, on the CNN's convolution outputs (case 0:
+/// [128, 16, 28, 28], case 1: [128, 32, 14, 14]); the same tensor's relu forward + backward
+/// (BM_relu_fwd_bwd) is the baseline: one element-wise op's passes over the data.
+template <class P, bool Norm>
+void bn_or_relu(benchmark::State& state) {
+  const conv_case k = cases[static_cast<std::size_t>(state.range(0))];
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  Tensor<S> x(Shape{k.n, k.o, k.h, k.h}), gamma(Shape{k.o}), beta(Shape{k.o});
+  fill_uniform(x.view(), -1, 1, 8);
+  fill_uniform(gamma.view(), 0.5, 1.5, 9);
+  fill_uniform(beta.view(), -0.5, 0.5, 10);
+  Tensor<G> gx(x.shape()), gg(gamma.shape()), gb(beta.shape());
+  Tape<P> tape;
+  for (auto _ : state) {
+    tape.reset();
+    const auto xv = tape.param(x.view(), gx.view());
+    if constexpr (Norm) {
+      tape.backward(sum(batch_norm(xv, tape.param(gamma.view(), gg.view()), tape.param(beta.view(), gb.view()))));
+    } else {
+      tape.backward(sum(relu(xv)));
+    }
+    benchmark::DoNotOptimize(gx.data());
+  }
+  state.counters["Melem/s"] = benchmark::Counter(static_cast<double>(x.size()) * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
+}
+template <class P>
+void BM_batch_norm_fwd_bwd(benchmark::State& state) { bn_or_relu<P, true>(state); }
+template <class P>
+void BM_relu_fwd_bwd(benchmark::State& state) { bn_or_relu<P, false>(state); }
+
 }  // namespace
 
 BENCHMARK(BM_conv2d_gemm_baseline)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -114,5 +147,9 @@ BENCHMARK_TEMPLATE(BM_conv2d_fwd_bwd, pol::named<"bf16-mixed">)->DenseRange(0, 1
 BENCHMARK(BM_transformer_block_gemm_baseline)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_transformer_block, pol::named<"32-true">)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_transformer_block, pol::named<"bf16-mixed">)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_relu_fwd_bwd, pol::named<"32-true">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_batch_norm_fwd_bwd, pol::named<"32-true">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_relu_fwd_bwd, pol::named<"bf16-mixed">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_batch_norm_fwd_bwd, pol::named<"bf16-mixed">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

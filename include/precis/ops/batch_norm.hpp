@@ -3,17 +3,50 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
 
 #include "precis/ops/op.hpp"
+#include "precis/tensor/reduce.hpp"
+
+namespace precis::detail::bn {
+
+/// Calls f(at, len) for the runs of channel ch's values in x [N, C, S] (S the product of the
+/// axes after C), each run contiguous and at most `chunk` long, image after image.
+template <class F>
+void for_runs(index_t n, index_t c, index_t s, index_t ch, F&& f) {
+  for (index_t i = 0; i < n; ++i) {
+    for (index_t j = 0; j < s; j += chunk) f((i * c + ch) * s + j, std::min(chunk, s - j));
+  }
+}
+
+/// len values from p in Acc: p itself when it already holds Acc, else converted into buf.
+template <class Acc, class X>
+const Acc* load(const X* p, index_t len, Acc* buf) {
+  if constexpr (std::is_same_v<X, Acc>) {
+    return p;
+  } else if constexpr (std::is_same_v<Acc, float> && std::is_same_v<ad::arith_t<X>, float>) {
+    return load_run<float>(p, len, 1, buf);  // the vectorized widening (exact, as ld's)
+  } else {
+    for (index_t k = 0; k < len; ++k) buf[k] = ad::ld<Acc>(p[k]);
+    return buf;
+  }
+}
+
+}  // namespace precis::detail::bn
 
 namespace precis::op {
 
 /// y = (x - mean_c) / sqrt(var_c + eps) gamma_c + beta_c. Training: mean and (biased) variance
 /// of the batch, per channel, and the running estimates (if given) move by `momentum`, with the
-/// unbiased variance, as PyTorch does. Evaluation: the running estimates.
+/// unbiased variance, as PyTorch does. Evaluation: the running estimates. Every sum over a
+/// channel's N x S values (the mean, the variance about it, and the backward's sums of gy and gy
+/// xhat) is pairwise in the accumulator: error at most gamma(ceil(log2(N S))) times the sum of
+/// the terms' magnitudes, and short dependency chains (a running sum costs one add's latency
+/// per value).
 struct batch_norm : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr std::string_view name = "batch_norm";
@@ -60,18 +93,25 @@ struct batch_norm : def<policy::safety::needs_wide> {
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c), m = n * s;
     auto* stats = (ctx.saving() ? ctx.template keep<Acc>(Shape{2 * c}) : ctx.template temp<Acc>(Shape{2 * c})).data();
+    std::array<Acc, detail::chunk> buf;
     for (index_t ch = 0; ch < c; ++ch) {
       Acc mu(0), var(0);
       if (a.training) {
-        for (index_t i = 0; i < n; ++i)
-          for (index_t j = 0; j < s; ++j) mu += detail::ad::ld<Acc>(xc.data()[(i * c + ch) * s + j]);
-        mu = mu / Acc(static_cast<double>(m));
-        for (index_t i = 0; i < n; ++i)
-          for (index_t j = 0; j < s; ++j) {
-            const Acc d = detail::ad::ld<Acc>(xc.data()[(i * c + ch) * s + j]) - mu;
-            var += d * d;
+        detail::pairwise_sum<Acc> sx;
+        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+          detail::push_all(sx, detail::bn::load<Acc>(xc.data() + at, len, buf.data()), len);
+        });
+        mu = sx.result() / Acc(static_cast<double>(m));
+        detail::pairwise_sum<Acc> sd;
+        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+          const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
+          for (index_t k = 0; k < len; ++k) {
+            const Acc d = v[k] - mu;
+            buf[static_cast<std::size_t>(k)] = d * d;
           }
-        var = var / Acc(static_cast<double>(m));
+          detail::push_all(sd, buf.data(), len);
+        });
+        var = sd.result() / Acc(static_cast<double>(m));
         if (a.running_mean != nullptr) {
           a.running_mean[ch] = (1 - a.momentum) * a.running_mean[ch] + a.momentum * static_cast<double>(mu);
         }
@@ -88,11 +128,11 @@ struct batch_norm : def<policy::safety::needs_wide> {
       stats[2 * ch] = mu;
       stats[2 * ch + 1] = rstd;
       const Acc gm = detail::ad::ld<Acc>(gamma(ch)), bt = detail::ad::ld<Acc>(beta(ch));
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < s; ++j) {
-          const index_t at = (i * c + ch) * s + j;
-          y.data()[at] = detail::store<O>(Acc((detail::ad::ld<Acc>(xc.data()[at]) - mu) * rstd * gm + bt));
-        }
+      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+        const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
+        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = Acc((v[k] - mu) * rstd * gm + bt);
+        detail::store_run(buf.data(), y.data() + at, len, 1);
+      });
     }
     sv.stats = stats;
   }
@@ -109,16 +149,18 @@ struct batch_norm : def<policy::safety::needs_wide> {
     const auto dxa = dx.data() ? ctx.template temp<Acc>(xc.shape()) : TensorView<Acc>();
     const auto dg = ctx.template temp<Acc>(Shape{c});
     const auto db = ctx.template temp<Acc>(Shape{c});
+    std::array<Acc, detail::chunk> buf, gbuf;
     for (index_t ch = 0; ch < c; ++ch) {
       const Acc mu = sv.stats[2 * ch], rstd = sv.stats[2 * ch + 1], gm = detail::ad::ld<Acc>(gamma(ch));
-      Acc sg(0), sgx(0);  // sums of gy and gy xhat
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < s; ++j) {
-          const index_t at = (i * c + ch) * s + j;
-          const Acc g = detail::ad::ld<Acc>(gy.data()[at]);
-          sg += g;
-          sgx += g * Acc((detail::ad::ld<Acc>(xc.data()[at]) - mu) * rstd);
-        }
+      detail::pairwise_sum<Acc> sum_g, sum_gx;  // sums of gy and gy xhat
+      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+        const Acc* g = detail::bn::load<Acc>(gy.data() + at, len, gbuf.data());
+        const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
+        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = g[k] * Acc((v[k] - mu) * rstd);
+        detail::push_all(sum_g, g, len);
+        detail::push_all(sum_gx, buf.data(), len);
+      });
+      const Acc sg = sum_g.result(), sgx = sum_gx.result();
       dg.data()[ch] = sgx;
       db.data()[ch] = sg;
       if (!dx.data()) continue;
