@@ -211,6 +211,25 @@ TEST(MixedPrecision, GradientsAreUnscaledInTheMasterArithmetic) {
   EXPECT_EQ(float(m.w.value.data()[0]), float(half(1.0f - 3 * std::ldexp(1.0f, -14))));
 }
 
+TEST(MixedPrecision, AStepThatGrowsTheScaleIsUnscaledByTheScaleItsGradientsHad) {
+  // growth_interval 1: every clean step doubles the scale. The gradients of a step were seeded
+  // with the scale before that step's growth, and are unscaled by it: with SGD at lr 1 and an
+  // unscaled gradient of 2^-4 each step, the master goes 1 - 2^-4, 1 - 2^-3, ... exactly.
+  using P = pol::named<"16-mixed">;
+  vec_module<P> m(1, 1.0);
+  DynamicLossScaler::options o;
+  o.init_scale = 1024;
+  o.growth_interval = 1;
+  optim::MixedPrecisionOptimizer opt(m, optim::SGD{.lr = 1.0}, DynamicLossScaler(o));
+  for (int step = 1; step <= 4; ++step) {
+    const double scale = opt.loss_scale();
+    m.w.grad.data()[0] = half(static_cast<float>(scale / 16));  // 2^-4 scaled: exact in fp16
+    ASSERT_TRUE(opt.step());
+    EXPECT_EQ(opt.loss_scale(), 2 * scale);
+    EXPECT_EQ(opt.master(0).data()[0], 1.0f - static_cast<float>(step) / 16) << "step " << step;
+  }
+}
+
 TEST(MixedPrecision, MastersKeepUpdatesBelowHalfAnUlp) {
   // w = 1 in fp16 has ulp 2^-10 above 1 (2^-11 below); an update of 2^-14 per step is lost in
   // fp16 arithmetic but accumulates in the fp32 master: after 64 steps w = 1 - 64 * 2^-14.

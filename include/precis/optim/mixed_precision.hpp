@@ -204,11 +204,12 @@ class MixedPrecisionOptimizer {
   /// finite. Returns whether the parameters were updated.
   bool step() {
     unscale();
+    // the gradients were scaled by the scale before this step's update of it (which may grow it)
+    const auto factor = static_cast<compute_type>(gradient_factor() * clip_);
     const bool apply = scaler_.update(found_inf_);
     if (apply) {
       ++steps_;
       const auto ctx = rule_.prepare(steps_);
-      const auto factor = static_cast<compute_type>(gradient_factor() * clip_);
       for (slot& s : slots_) {
         if (summing_) apply_rule(s, s.sum.data(), ctx, factor);
         else apply_rule(s, s.p->grad.data(), ctx, factor);
