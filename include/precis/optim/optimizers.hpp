@@ -1,7 +1,9 @@
 // Optimizer update rules, element by element, in the arithmetic of the master weights. Each rule
 // is a small struct: its hyperparameters, how many state arrays it keeps per parameter, a
 // per-step context (learning rate, bias corrections) and the update of one weight. Any struct
-// with the members `optimizer_rule` names is a rule (examples/adan_rule.hpp writes one).
+// with the members `optimizer_rule` names is a rule (examples/adan_rule.hpp writes one). A rule
+// whose prepare() and update() are also device functions (PRECIS_HOST_DEVICE, as SGD's and
+// Adam's) runs in the device's fused step too (precis/cuda/optim.cuh).
 // The definitions follow PyTorch's torch.optim (SGD, Adam, AdamW) so results can be compared.
 #pragma once
 
@@ -107,9 +109,9 @@ struct SGD {
                              "; expected non-negative values, and Nesterov only with momentum > 0 and no dampening");
     }
   }
-  context prepare(std::int64_t step) const { return {lr, step == 1}; }
+  PRECIS_HOST_DEVICE context prepare(std::int64_t step) const { return {lr, step == 1}; }
   template <class T>
-  T update(T w, T g, T* s, const context& c) const {
+  PRECIS_HOST_DEVICE T update(T w, T g, T* s, const context& c) const {
     if (weight_decay != 0) g += T(weight_decay) * w;
     if (momentum != 0) {
       const T b = c.first ? g : T(T(momentum) * s[0] + T(1 - dampening) * g);
@@ -144,12 +146,12 @@ struct Adam {
                              std::to_string(weight_decay) + "; expected lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0");
     }
   }
-  context prepare(std::int64_t step) const {
+  PRECIS_HOST_DEVICE context prepare(std::int64_t step) const {
     const auto t = static_cast<double>(step);
-    return {lr, 1 - std::pow(beta1, t), 1 - std::pow(beta2, t)};
+    return {lr, 1 - ::pow(beta1, t), 1 - ::pow(beta2, t)};
   }
   template <class T>
-  T update(T w, T g, T* s, const context& c) const {
+  PRECIS_HOST_DEVICE T update(T w, T g, T* s, const context& c) const {
     using std::sqrt;
     if (decoupled) {
       w -= T(c.lr * weight_decay) * w;

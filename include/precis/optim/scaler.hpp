@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "precis/config.hpp"
 #include "precis/error.hpp"
 
 namespace precis::optim {
@@ -43,6 +44,59 @@ struct scaler_state {
   std::int64_t skipped = 0;
   std::int64_t floor_hits = 0;
 };
+
+/// A loss scaler's rule as plain values, without callbacks: DynamicLossScaler's update and the
+/// device's mixed-precision step (precis/cuda/optim.cuh) both run it through advance().
+/// `dynamic` false is a constant scale (StaticLossScaler): only the step counts move.
+struct scaling_rule {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+  double min_scale = 0;
+  double max_scale = std::numeric_limits<double>::infinity();
+  std::int64_t hysteresis = 1;
+  bool dynamic = true;
+};
+
+/// What advance() decided.
+struct scaler_outcome {
+  bool skipped = false;    // the step's update is not applied
+  bool hit_floor = false;  // a backoff was stopped by min_scale
+};
+
+/// The scaler's state after a step whose gradients were (found_inf) or were not all finite.
+PRECIS_HOST_DEVICE inline scaler_outcome advance(scaler_state& s, const scaling_rule& r, bool found_inf) {
+  scaler_outcome out;
+  ++s.steps;
+  out.skipped = found_inf;
+  if (found_inf) ++s.skipped;
+  if (!r.dynamic) return out;
+  if (found_inf) {
+    s.growth_tracker = 0;
+    if (--s.hysteresis_left <= 0) {
+      s.hysteresis_left = r.hysteresis;
+      const double backed = s.scale * r.backoff_factor;
+      if (backed < r.min_scale) {
+        s.scale = r.min_scale;
+        out.hit_floor = true;
+        ++s.floor_hits;
+      } else {
+        s.scale = backed;
+      }
+    }
+  } else {
+    s.hysteresis_left = r.hysteresis;  // "consecutive" overflows: a clean step resets the count
+    const std::int64_t successful = s.growth_tracker + 1;
+    if (successful == r.growth_interval) {
+      const double grown = s.scale * r.growth_factor;
+      if (grown - grown == 0) s.scale = grown < r.max_scale ? grown : r.max_scale;  // finite: grow
+      s.growth_tracker = 0;
+    } else {
+      s.growth_tracker = successful;
+    }
+  }
+  return out;
+}
 
 /// What every scaler offers: the current scale, and the update after a step, which returns
 /// whether the step's update should be applied.
@@ -96,38 +150,20 @@ class DynamicLossScaler {
   /// step's update is applied.
   bool update(bool found_inf) {
     scaler_event e;
-    e.step = ++s_.steps;
     e.scale_before = s_.scale;
-    if (found_inf) {
-      ++s_.skipped;
-      s_.growth_tracker = 0;
-      if (--s_.hysteresis_left <= 0) {
-        s_.hysteresis_left = o_.hysteresis;
-        const double backed = s_.scale * o_.backoff_factor;
-        if (backed < o_.min_scale) {
-          s_.scale = o_.min_scale;
-          e.hit_floor = true;
-          ++s_.floor_hits;
-        } else {
-          s_.scale = backed;
-        }
-      }
-      e.skipped = true;
-    } else {
-      s_.hysteresis_left = o_.hysteresis;  // "consecutive" overflows: a clean step resets the count
-      const std::int64_t successful = s_.growth_tracker + 1;
-      if (successful == o_.growth_interval) {
-        const double grown = s_.scale * o_.growth_factor;
-        if (std::isfinite(grown)) s_.scale = std::min(grown, o_.max_scale);
-        s_.growth_tracker = 0;
-      } else {
-        s_.growth_tracker = successful;
-      }
-    }
+    const scaler_outcome o = advance(s_, rule(), found_inf);
+    e.step = s_.steps;
+    e.skipped = o.skipped;
+    e.hit_floor = o.hit_floor;
     e.scale_after = s_.scale;
     if (e.skipped && o_.on_skip) o_.on_skip(e);
     if (e.hit_floor && o_.on_floor) o_.on_floor(e);
     return !found_inf;
+  }
+
+  /// The update rule of these options, as advance() runs it.
+  scaling_rule rule() const noexcept {
+    return {o_.growth_factor, o_.backoff_factor, o_.growth_interval, o_.min_scale, o_.max_scale, o_.hysteresis, true};
   }
 
   scaler_state state() const { return s_; }
@@ -158,9 +194,14 @@ class StaticLossScaler {
   }
   double scale() const noexcept { return s_.scale; }
   bool update(bool found_inf) {
-    ++s_.steps;
-    if (found_inf) ++s_.skipped;
+    advance(s_, rule(), found_inf);
     return !found_inf;
+  }
+  /// A constant scale's rule: advance() only counts the steps.
+  scaling_rule rule() const noexcept {
+    scaling_rule r;
+    r.dynamic = false;
+    return r;
   }
   std::int64_t skipped_steps() const noexcept { return s_.skipped; }
   scaler_state state() const { return s_; }
