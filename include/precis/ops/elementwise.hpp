@@ -104,14 +104,14 @@ struct binary_def : def<S> {
 
 namespace fn_ {
 // derivative functors: (g, x, y) for unary ops, (g, a, b, y) for binary ones
-struct d_neg { template <class T> T operator()(const T& g, const T&, const T&) const { return -g; } };
+struct d_neg { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T&) const { return -g; } };
 struct d_abs {
-  template <class T> T operator()(const T& g, const T& x, const T&) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const {
     return x > T(0) ? g : (x < T(0) ? T(-g) : T(0));
   }
 };
 struct d_relu {
-  template <class T> T operator()(const T& g, const T& x, const T&) const { return x > T(0) ? g : T(0); }
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const { return x > T(0) ? g : T(0); }
   /// The same on float arrays as a select the compiler vectorizes: both loads unconditional
   /// (the generic loop, inside add_derivative, compiled to a branch per element that the signs
   /// of x mispredict, and a conditional load of g keeps GCC from vectorizing).
@@ -122,16 +122,16 @@ struct d_relu {
     }
   }
 };
-struct d_exp { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * y; } };
-struct d_log { template <class T> T operator()(const T& g, const T& x, const T&) const { return g / x; } };
-struct d_sqrt { template <class T> T operator()(const T& g, const T&, const T& y) const { return g / (T(2) * y); } };
-struct d_rsqrt { template <class T> T operator()(const T& g, const T&, const T& y) const { return T(-0.5) * g * y * y * y; } };
-struct d_reciprocal { template <class T> T operator()(const T& g, const T&, const T& y) const { return -g * y * y; } };
-struct d_tanh { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * (T(1) - y * y); } };
-struct d_sigmoid { template <class T> T operator()(const T& g, const T&, const T& y) const { return g * y * (T(1) - y); } };
+struct d_exp { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return g * y; } };
+struct d_log { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const { return g / x; } };
+struct d_sqrt { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return g / (T(2) * y); } };
+struct d_rsqrt { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return T(-0.5) * g * y * y * y; } };
+struct d_reciprocal { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return -g * y * y; } };
+struct d_tanh { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return g * (T(1) - y * y); } };
+struct d_sigmoid { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& y) const { return g * y * (T(1) - y); } };
 /// d/dx x Phi(x) = Phi(x) + x phi(x).
 struct d_gelu {
-  template <class T> T operator()(const T& g, const T& x, const T&) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const {
     using std::acos;
     using std::erf;
     using std::exp;
@@ -141,42 +141,42 @@ struct d_gelu {
     return g * (cdf + x * pdf);
   }
 };
-struct reciprocal { template <class T> T operator()(const T& a) const { return T(1) / a; } };
+struct reciprocal { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { return T(1) / a; } };
 
 struct d_add_a {
   static constexpr bool passes_gradient = true;  // the derivative is g itself
   template <class T>
-  T operator()(const T& g, const T&, const T&, const T&) const {
+  PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T&, const T&) const {
     return g;
   }
 };
-struct d_sub_b { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return -g; } };
-struct d_mul_a { template <class T> T operator()(const T& g, const T&, const T& b, const T&) const { return g * b; } };
-struct d_mul_b { template <class T> T operator()(const T& g, const T& a, const T&, const T&) const { return g * a; } };
-struct d_div_a { template <class T> T operator()(const T& g, const T&, const T& b, const T&) const { return g / b; } };
-struct d_div_b { template <class T> T operator()(const T& g, const T&, const T& b, const T& y) const { return -g * y / b; } };
+struct d_sub_b { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T&, const T&) const { return -g; } };
+struct d_mul_a { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& b, const T&) const { return g * b; } };
+struct d_mul_b { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T&, const T&) const { return g * a; } };
+struct d_div_a { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& b, const T&) const { return g / b; } };
+struct d_div_b { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T& b, const T& y) const { return -g * y / b; } };
 /// d/da a^b = b a^(b-1).
 struct d_pow_a {
-  template <class T> T operator()(const T& g, const T& a, const T& b, const T&) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T& b, const T&) const {
     using std::pow;
     return b == T(0) ? T(0) : T(g * b * pow(a, T(b - T(1))));
   }
 };
 /// d/db a^b = a^b log a, taken as 0 where a == 0 and b >= 0 (as PyTorch does).
 struct d_pow_b {
-  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T& b, const T& y) const {
     using std::log;
     return (a == T(0) && b >= T(0)) ? T(0) : T(g * y * log(a));
   }
 };
 /// maximum/minimum: the gradient goes to the selected operand, split evenly on ties.
 struct d_pick_a {
-  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T& b, const T& y) const {
     return a == b ? T(g / T(2)) : (a == y ? g : T(0));
   }
 };
 struct d_pick_b {
-  template <class T> T operator()(const T& g, const T& a, const T& b, const T& y) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T& b, const T& y) const {
     return a == b ? T(g / T(2)) : (b == y ? g : T(0));
   }
 };
@@ -184,7 +184,7 @@ struct d_pick_b {
 /// x sigmoid(x).
 struct silu {
   template <class T>
-  T operator()(const T& x) const {
+  PRECIS_HOST_DEVICE T operator()(const T& x) const {
     using std::exp;
     return x / (T(1) + exp(-x));
   }
@@ -192,7 +192,7 @@ struct silu {
 /// d/dx x s(x) = s (1 + x (1 - s)).
 struct d_silu {
   template <class T>
-  T operator()(const T& g, const T& x, const T&) const {
+  PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const {
     using std::exp;
     const T s = T(1) / (T(1) + exp(-x));
     return g * s * (T(1) + x * (T(1) - s));
@@ -200,7 +200,7 @@ struct d_silu {
 };
 /// sqrt(2 / pi) in T's own precision.
 template <class T>
-T sqrt_2_over_pi() {
+PRECIS_HOST_DEVICE T sqrt_2_over_pi() {
   using std::acos;
   using std::sqrt;
   return sqrt(T(2) / T(acos(T(-1))));
@@ -231,7 +231,7 @@ void with_gelu_tanh(const float* x, index_t n, F f) {
 /// float arrays take the vectorized tanh.
 struct gelu_tanh {
   template <class T>
-  T operator()(const T& x) const {
+  PRECIS_HOST_DEVICE T operator()(const T& x) const {
     using std::tanh;
     return T(0.5) * x * (T(1) + T(tanh(sqrt_2_over_pi<T>() * (x + T(0.044715) * x * x * x))));
   }
@@ -241,7 +241,7 @@ struct gelu_tanh {
 };
 struct d_gelu_tanh {
   template <class T>
-  T operator()(const T& g, const T& x, const T&) const {
+  PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T&) const {
     using std::tanh;
     const T c = sqrt_2_over_pi<T>();
     const T t = tanh(c * (x + T(0.044715) * x * x * x));
@@ -259,7 +259,7 @@ struct d_gelu_tanh {
 template <class D>
 struct add_derivative {
   template <class T>
-  T operator()(const T& acc, const T& g, const T& x, const T& y) const {
+  PRECIS_HOST_DEVICE T operator()(const T& acc, const T& g, const T& x, const T& y) const {
     return T(acc + D{}(g, x, y));
   }
   static void bulk(float* o, const float* acc, const float* g, const float* x, const float* y, index_t n)

@@ -64,6 +64,15 @@ TensorView<S, C> as_mutable_view(const TensorView<S, C>& v) { return v; }
 
 namespace detail {
 
+template <std::size_t, class T>
+using repeat_t = T;
+
+/// Whether f has a vectorized kernel f.bulk(out, in..., n) over arrays of C, one per input (a
+/// named concept: nvcc's front end misjudges the same requires-expression written inline in the
+/// generic lambdas below).
+template <class F, class C, class... In>
+concept has_bulk = requires(const F& f, C* o, const In*... in, index_t n) { f.bulk(o, in..., n); };
+
 /// Of two formats, one that holds every value of both (float or double when neither does).
 template <class A, class B>
 using promote_t = std::conditional_t<
@@ -213,7 +222,7 @@ void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorVi
         const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
             std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
             ibuf[I].data())...};
-        if constexpr (requires { f.bulk(o, src[I]..., n); }) {
+        if constexpr (detail::has_bulk<F, C, detail::repeat_t<I, C>...>) {
           f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
         } else {
           // o is either disjoint from every input or the very same elements (check_map), so
@@ -275,7 +284,7 @@ PRECIS_IVDEP
           [&]<std::size_t... I>(std::index_sequence<I...>) {
             (g.gather(std::get<I>(inputs).data(), I + 1, std::get<I>(raw).data()), ...);
             const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(std::get<I>(raw).data(), n, 1, ibuf[I].data())...};
-            if constexpr (requires { f.bulk(obuf.data(), src[I]..., n); }) {
+            if constexpr (detail::has_bulk<F, C, detail::repeat_t<I, C>...>) {
               f.bulk(obuf.data(), src[I]..., n);
             } else {
 PRECIS_IVDEP
@@ -327,26 +336,26 @@ Tensor<OutS, C> map(const char* op, F f, const TensorView<IS, IC>&... in) {
 namespace fn {
 
 // The scalar functions behind the element-wise ops; found by ADL for multiprecision types.
-struct add { template <class T> T operator()(const T& a, const T& b) const { return a + b; } };
-struct sub { template <class T> T operator()(const T& a, const T& b) const { return a - b; } };
-struct mul { template <class T> T operator()(const T& a, const T& b) const { return a * b; } };
-struct div { template <class T> T operator()(const T& a, const T& b) const { return a / b; } };
-struct neg { template <class T> T operator()(const T& a) const { return -a; } };
-struct abs { template <class T> T operator()(const T& a) const { using std::abs; return abs(a); } };
+struct add { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { return a + b; } };
+struct sub { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { return a - b; } };
+struct mul { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { return a * b; } };
+struct div { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { return a / b; } };
+struct neg { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { return -a; } };
+struct abs { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::abs; return abs(a); } };
 struct exp {
-  template <class T> T operator()(const T& a) const { using std::exp; return exp(a); }
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::exp; return exp(a); }
   /// float arrays: the vectorized kernel (detail/vexp.hpp)
   static void bulk(float* o, const float* a, index_t n) { detail::exp_floats(o, a, n); }
 };
-struct log { template <class T> T operator()(const T& a) const { using std::log; return log(a); } };
-struct sqrt { template <class T> T operator()(const T& a) const { using std::sqrt; return sqrt(a); } };
+struct log { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::log; return log(a); } };
+struct sqrt { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::sqrt; return sqrt(a); } };
 struct rsqrt {
-  template <class T> T operator()(const T& a) const { using std::sqrt; return T(1) / sqrt(a); }
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::sqrt; return T(1) / sqrt(a); }
 };
-struct tanh { template <class T> T operator()(const T& a) const { using std::tanh; return tanh(a); } };
+struct tanh { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::tanh; return tanh(a); } };
 /// 1 / (1 + e^-x): e^-x overflows to +inf for very negative x, giving the correct limit 0.
 struct sigmoid {
-  template <class T> T operator()(const T& a) const { using std::exp; return T(1) / (T(1) + exp(-a)); }
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { using std::exp; return T(1) / (T(1) + exp(-a)); }
   static void bulk(float* o, const float* a, index_t n) {
     for (index_t i = 0; i < n; ++i) o[i] = -a[i];
     detail::exp_floats(o, o, n);
@@ -354,26 +363,26 @@ struct sigmoid {
   }
 };
 /// max(x, 0), propagating NaN.
-struct relu { template <class T> T operator()(const T& a) const { return a < T(0) ? T(0) : a; } };
+struct relu { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const { return a < T(0) ? T(0) : a; } };
 /// The exact GELU, x Φ(x) = x (1 + erf(x / √2)) / 2 (Hendrycks & Gimpel 2016).
 struct gelu {
-  template <class T> T operator()(const T& a) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a) const {
     using std::erf;
     using std::sqrt;
     return T(0.5) * a * (T(1) + T(erf(a / sqrt(T(2)))));
   }
 };
-struct pow { template <class T> T operator()(const T& a, const T& b) const { using std::pow; return pow(a, b); } };
+struct pow { template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { using std::pow; return pow(a, b); } };
 /// Larger of the two, NaN if either is NaN (as torch.maximum).
 struct max {
-  template <class T> T operator()(const T& a, const T& b) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const {
     if (a != a) return a;
     if (b != b) return b;
     return a < b ? b : a;
   }
 };
 struct min {
-  template <class T> T operator()(const T& a, const T& b) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const {
     if (a != a) return a;
     if (b != b) return b;
     return b < a ? b : a;
@@ -381,7 +390,7 @@ struct min {
 };
 /// cond != 0 ? a : b.
 struct where {
-  template <class T> T operator()(const T& c, const T& a, const T& b) const { return c != T(0) ? a : b; }
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& c, const T& a, const T& b) const { return c != T(0) ? a : b; }
 };
 
 }  // namespace fn

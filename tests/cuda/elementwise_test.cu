@@ -1,0 +1,263 @@
+// Element-wise maps on the device (include/precis/cuda/elementwise.cuh). Without --device
+// (label `cuda`, runs in CI without a GPU): shapes that do not broadcast, outputs with a
+// broadcast axis and partial overlaps are named before any launch. With --device (label `gpu`;
+// exit 77, skipped, without a device):
+// - broadcasting, strides (a transposed input, a scalar, a row), in-place outputs and every
+//   output format, with correctly rounded functors: the host's precis::map_into bits;
+// - the op layer's functors whose every operation is correctly rounded and has no multiply
+//   followed by an add (neg, abs, relu, sqrt, rsqrt, reciprocal, add, sub, mul, div, maximum,
+//   minimum, where and the derivatives of that form) over every finite bf16 and fp16 value:
+//   the host's bits, in fp32 and rounded to bf16/fp16;
+// - exp, log and tanh over the same values, in fp32: within CUDA's documented bounds (2, 1 and 2
+//   ulp) of a double-precision reference, where the result is a normal fp32 number.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <tuple>
+#include <precis/cuda/elementwise.cuh>
+#include <precis/precis.hpp>
+#include <string>
+#include <vector>
+
+#include "support.cuh"
+
+namespace {
+
+using cuda_test::check;
+using cuda_test::failures;
+using precis::index_t;
+using precis::Shape;
+namespace pc = precis::cuda;
+
+template <class T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <class E>
+bool throws_naming(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+  } catch (const E& e) {
+    if (std::string(e.what()).find(part) != std::string::npos) return true;
+    std::printf("  message was: %s\n", e.what());
+    return false;
+  }
+  return false;
+}
+
+int run_host() {
+  static float a[64], b[64];
+  const pc::DeviceView<float> y(a, Shape{4, 16});
+  check(throws_naming<precis::shape_error>(
+            [&] { pc::map_into<float>(nullptr, "precis::add", y, precis::fn::add{}, y, pc::DeviceView<float>(b, Shape{8})); },
+            "precis::add: shapes [8] and [4, 16] cannot be broadcast together"),
+        "a shape that does not broadcast is a named shape_error");
+  check(throws_naming<precis::shape_error>(
+            [&] { pc::map_into<float>(nullptr, "precis::neg", pc::DeviceView<float>(a, Shape{4, 8}), precis::fn::neg{}, pc::DeviceView<float>(b, Shape{2, 4, 8})); },
+            "precis::neg: an input of shape [2, 4, 8] does not broadcast to the output's [4, 8]"),
+        "an input larger than the output is a named shape_error");
+  check(throws_naming<precis::aliasing_error>(
+            [&] { pc::map_into<float>(nullptr, "precis::relu", pc::DeviceView<float>(a, Shape{4, 16}, Shape{0, 1}), precis::fn::relu{}, pc::DeviceView<float>(b, Shape{4, 16})); },
+            "expected no broadcast (zero-stride) axis in an output"),
+        "an output with a broadcast axis is an aliasing_error");
+  check(throws_naming<precis::aliasing_error>(
+            [&] { pc::map_into<float>(nullptr, "precis::neg", pc::DeviceView<float>(a + 1, Shape{32}), precis::fn::neg{}, pc::DeviceView<float>(a, Shape{32})); },
+            "overlaps an input"),
+        "a partial overlap is an aliasing_error");
+  std::printf("%s\n", failures == 0 ? "host checks: bad shapes and overlaps are named before any launch" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+template <class T>
+precis::Tensor<T> back(const pc::DeviceTensor<T>& d) {
+  precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d.to_host();
+}
+
+/// Elements whose bits differ (two NaNs count as equal: their payloads are the platform's).
+template <class T>
+int mismatches(const precis::Tensor<T>& a, const precis::Tensor<T>& b) {
+  int bad = 0;
+  for (index_t i = 0; i < a.size(); ++i) {
+    const bool nans = std::isnan(static_cast<float>(a.data()[i])) && std::isnan(static_cast<float>(b.data()[i]));
+    bad += !nans && !same_bits(a.data()[i], b.data()[i]);
+  }
+  return bad;
+}
+
+/// Broadcasting, strides and formats, with correctly rounded functors.
+void machinery() {
+  precis::Tensor<float> x(Shape{6, 5, 7}), row(Shape{7}), t(Shape{7, 5});
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto* m : {&x, &row, &t}) for (auto& v : *m) v = nd(rng);
+  auto dx = pc::DeviceTensor<float>::from_host(x), drow = pc::DeviceTensor<float>::from_host(row), dt = pc::DeviceTensor<float>::from_host(t);
+  // y[i, j, k] = x[i, j, k] * row[k] + t[k, j]   (t transposed: a strided input)
+  const auto run = [&]<class O>(O*) {
+    pc::DeviceTensor<O> y(Shape{6, 5, 7});
+    pc::map_into<float>(nullptr, "mul-sub", y.view(), precis::fn::mul{}, dx.view(), drow.view());
+    pc::map_into<float>(nullptr, "sub", y.view(), precis::fn::sub{}, pc::DeviceView<const O>(y.view()),
+                        pc::DeviceView<const float>(dt.data(), Shape{5, 7}, Shape{1, 5}));
+    precis::Tensor<O> want(Shape{6, 5, 7});
+    precis::map_into<float>("mul", want.view(), precis::fn::mul{}, x.view(), row.view());
+    precis::map_into<float>("sub", want.view(), precis::fn::sub{}, want.view().as_const(), t.view().as_const().transpose());
+    return mismatches(back(y), want);
+  };
+  check(run(static_cast<float*>(nullptr)) == 0, "broadcast and strided inputs, fp32 output: the host's bits");
+  check(run(static_cast<precis::bfloat16*>(nullptr)) == 0, "the same, bf16 output (rounded once per map)");
+  check(run(static_cast<precis::half*>(nullptr)) == 0, "the same, fp16 output");
+  // double arithmetic rounded once into fp16: the host rounds double -> half directly too
+  pc::DeviceTensor<precis::half> h(Shape{6, 5, 7});
+  pc::map_into<double>(nullptr, "div", h.view(), precis::fn::div{}, dx.view(), drow.view());
+  precis::Tensor<precis::half> hw(Shape{6, 5, 7});
+  precis::map_into<double>("div", hw.view(), precis::fn::div{}, x.view(), row.view());
+  check(mismatches(back(h), hw) == 0, "double arithmetic rounded once into fp16: the host's bits");
+  std::printf("machinery: broadcasting, strides, in-place and every output format give the host's bits\n");
+}
+
+/// Every finite value of S, as a tensor.
+template <class S>
+precis::Tensor<S> all_finite() {
+  std::vector<S> v;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto u = static_cast<std::uint16_t>(b);
+    S s;
+    std::memcpy(&s, &u, 2);
+    if (std::isfinite(static_cast<float>(s))) v.push_back(s);
+  }
+  precis::Tensor<S> t(Shape{static_cast<index_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data());
+  return t;
+}
+
+/// f over every finite S in float, device against host, rounded to float and to S.
+template <class S, class F, class... Extra>
+void exact_unary(const char* name, F f, const precis::Tensor<S>& x, const Extra&... extra) {
+  auto dx = pc::DeviceTensor<S>::from_host(x);
+  std::vector<pc::DeviceTensor<S>> de;
+  (de.push_back(pc::DeviceTensor<S>::from_host(extra)), ...);
+  pc::DeviceTensor<float> yf(x.shape());
+  pc::DeviceTensor<S> ys(x.shape());
+  precis::Tensor<float> wf(x.shape());
+  precis::Tensor<S> ws(x.shape());
+  if constexpr (sizeof...(Extra) == 0) {
+    pc::map_into<float>(nullptr, name, yf.view(), f, dx.view());
+    pc::map_into<float>(nullptr, name, ys.view(), f, dx.view());
+    precis::map_into<float>(name, wf.view(), f, x.view());
+    precis::map_into<float>(name, ws.view(), f, x.view());
+  } else {
+    // derivative functors (g, x, y): g = the second tensor, y = the third
+    pc::map_into<float>(nullptr, name, yf.view(), f, de[0].view(), dx.view(), de[1].view());
+    pc::map_into<float>(nullptr, name, ys.view(), f, de[0].view(), dx.view(), de[1].view());
+    const auto& [g, y] = std::tie(extra...);
+    precis::map_into<float>(name, wf.view(), f, g.view(), x.view(), y.view());
+    precis::map_into<float>(name, ws.view(), f, g.view(), x.view(), y.view());
+  }
+  const int bf = mismatches(back(yf), wf), bs = mismatches(back(ys), ws);
+  check(bf == 0 && bs == 0, std::string(name) + ": " + std::to_string(bf) + " fp32 and " + std::to_string(bs) +
+                                " rounded results differ from the host's");
+}
+
+template <class S, class F, class... Extra>
+void exact_binary(const char* name, F f, const precis::Tensor<S>& a, const precis::Tensor<S>& b) {
+  auto da = pc::DeviceTensor<S>::from_host(a), db = pc::DeviceTensor<S>::from_host(b);
+  pc::DeviceTensor<float> y(a.shape());
+  pc::map_into<float>(nullptr, name, y.view(), f, da.view(), db.view());
+  precis::Tensor<float> w(a.shape());
+  precis::map_into<float>(name, w.view(), f, a.view(), b.view());
+  const int bad = mismatches(back(y), w);
+  check(bad == 0, std::string(name) + ": " + std::to_string(bad) + " results differ from the host's");
+}
+
+/// |device - exact| <= ulps ulp(exact) in fp32, CUDA's bound (the reference in double).
+template <class S, class F, class R>
+void bounded(const char* name, F f, R ref, double ulps, const precis::Tensor<S>& x) {
+  auto dx = pc::DeviceTensor<S>::from_host(x);
+  pc::DeviceTensor<float> y(x.shape());
+  pc::map_into<float>(nullptr, name, y.view(), f, dx.view());
+  const auto got = back(y);
+  int bad = 0, checked = 0;
+  for (index_t i = 0; i < x.size(); ++i) {
+    const double xi = static_cast<double>(static_cast<float>(x.data()[i]));
+    const double r = ref(xi);
+    if (!std::isfinite(r) || std::fabs(r) > 3.4e38 || std::fabs(r) < 1.2e-38) continue;  // fp32's normal range
+    ++checked;
+    int e = 0;
+    std::frexp(r, &e);
+    const double ulp = std::ldexp(1.0, e - 24);
+    if (!(std::fabs(static_cast<double>(got.data()[i]) - r) <= ulps * ulp)) {
+      if (bad < 3) std::printf("  %s(%.9g): device %.9g, exact %.9g\n", name, xi, static_cast<double>(got.data()[i]), r);
+      ++bad;
+    }
+  }
+  check(bad == 0, std::string(name) + ": " + std::to_string(bad) + " of " + std::to_string(checked) + " outside " +
+                      std::to_string(ulps) + " ulp");
+}
+
+template <class S>
+void functors(const char* format) {
+  namespace fn = precis::fn;
+  namespace fd = precis::op::fn_;
+  const auto x = all_finite<S>();
+  precis::Tensor<S> g(x.shape()), y2(x.shape()), b(x.shape());
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<index_t> pick(0, x.size() - 1);
+  for (index_t i = 0; i < x.size(); ++i) {
+    g.data()[i] = x.data()[pick(rng)];
+    y2.data()[i] = x.data()[pick(rng)];
+    b.data()[i] = x.data()[pick(rng)];
+  }
+  exact_unary("neg", fn::neg{}, x);
+  exact_unary("abs", fn::abs{}, x);
+  exact_unary("relu", fn::relu{}, x);
+  exact_unary("sqrt", fn::sqrt{}, x);
+  exact_unary("rsqrt", fn::rsqrt{}, x);
+  exact_unary("reciprocal", fd::reciprocal{}, x);
+  exact_unary("d_neg", fd::d_neg{}, x, g, y2);
+  exact_unary("d_abs", fd::d_abs{}, x, g, y2);
+  exact_unary("d_relu", fd::d_relu{}, x, g, y2);
+  exact_unary("d_exp", fd::d_exp{}, x, g, y2);
+  exact_unary("d_log", fd::d_log{}, x, g, y2);
+  exact_unary("d_sqrt", fd::d_sqrt{}, x, g, y2);
+  exact_unary("d_rsqrt", fd::d_rsqrt{}, x, g, y2);
+  exact_unary("d_reciprocal", fd::d_reciprocal{}, x, g, y2);
+  exact_binary("add", fn::add{}, x, b);
+  exact_binary("sub", fn::sub{}, x, b);
+  exact_binary("mul", fn::mul{}, x, b);
+  exact_binary("div", fn::div{}, x, b);
+  exact_binary("maximum", fn::max{}, x, b);
+  exact_binary("minimum", fn::min{}, x, b);
+  bounded("exp", fn::exp{}, [](double v) { return std::exp(v); }, 2, x);
+  bounded("log", fn::log{}, [](double v) { return std::log(v); }, 1, x);
+  bounded("tanh", fn::tanh{}, [](double v) { return std::tanh(v); }, 2, x);
+  std::printf("functors over every finite %s value: the host's bits where every operation is correctly rounded; "
+              "exp, log, tanh within CUDA's bounds\n",
+              format);
+}
+
+int run_device() {
+  if (pc::device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  machinery();
+  functors<precis::bfloat16>("bf16");
+  functors<precis::half>("fp16");
+  std::printf("%s\n", failures == 0 ? "device element-wise maps: all checks passed" : "device element-wise maps: FAILED");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1 && std::strcmp(argv[1], "--device") == 0) return run_device();
+    return run_host();
+  } catch (const precis::error& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+}
