@@ -1,4 +1,5 @@
-// Element-wise maps on the device (include/precis/cuda/elementwise.cuh). Without --device
+// Element-wise maps and sums over broadcast axes on the device (include/precis/cuda/
+// elementwise.cuh, reduce.cuh). Without --device
 // (label `cuda`, runs in CI without a GPU): shapes that do not broadcast, outputs with a
 // broadcast axis and partial overlaps are named before any launch. With --device (label `gpu`;
 // exit 77, skipped, without a device):
@@ -9,14 +10,19 @@
 //   minimum, where and the derivatives of that form) over every finite bf16 and fp16 value:
 //   the host's bits, in fp32 and rounded to bf16/fp16;
 // - exp, log and tanh over the same values, in fp32: within CUDA's documented bounds (2, 1 and 2
-//   ulp) of a double-precision reference, where the result is a normal fp32 number.
+//   ulp) of a double-precision reference, where the result is a normal fp32 number;
+// - sums over broadcast axes (a bias gradient, a middle axis of a strided view, a total) within
+//   gamma(ceil(m / 32) + 5) sum |x| (+ the output's rounding) of a double sum, the same bits on
+//   a second run.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <precis/cuda/elementwise.cuh>
+#include <precis/cuda/reduce.cuh>
 #include <precis/precis.hpp>
 #include <string>
 #include <vector>
@@ -67,6 +73,14 @@ int run_host() {
             [&] { pc::map_into<float>(nullptr, "precis::neg", pc::DeviceView<float>(a + 1, Shape{32}), precis::fn::neg{}, pc::DeviceView<float>(a, Shape{32})); },
             "overlaps an input"),
         "a partial overlap is an aliasing_error");
+  check(throws_naming<precis::shape_error>(
+            [&] { pc::sum_into<float>(nullptr, "precis::linear", pc::DeviceView<float>(a, Shape{3}), pc::DeviceView<float>(b, Shape{4, 5})); },
+            "precis::linear: "),
+        "a sum into a shape that does not broadcast is a named shape_error");
+  check(throws_naming<precis::aliasing_error>(
+            [&] { pc::sum_into<float>(nullptr, "precis::sum", pc::DeviceView<float>(a, Shape{5}), pc::DeviceView<float>(a, Shape{4, 5})); },
+            "overlaps its input"),
+        "a sum over its own input is an aliasing_error");
   std::printf("%s\n", failures == 0 ? "host checks: bad shapes and overlaps are named before any launch" : "failed");
   return failures == 0 ? 0 : 1;
 }
@@ -238,6 +252,71 @@ void functors(const char* format) {
               format);
 }
 
+/// to = sum of from over to's broadcast axes, against double sums and the bound.
+template <class O>
+void one_sum(const char* what, const Shape& to_shape, const precis::Tensor<float>& from, const Shape& view_shape,
+             const Shape& view_strides) {
+  auto df = pc::DeviceTensor<float>::from_host(from);
+  const pc::DeviceView<const float> v(df.data(), view_shape, view_strides);
+  const precis::TensorView<const float> hv(from.data(), view_shape, view_strides);
+  std::vector<precis::Tensor<O>> got;
+  for (int run = 0; run < 2; ++run) {
+    pc::DeviceTensor<O> to(to_shape);
+    pc::sum_into<float>(nullptr, what, to.view(), v);
+    got.push_back(back(to));
+  }
+  // double sums over the same axes on the host
+  precis::Tensor<double> ref(to_shape), mag(to_shape);
+  std::fill(ref.begin(), ref.end(), 0.0);
+  std::fill(mag.begin(), mag.end(), 0.0);
+  const auto rb = ref.view().broadcast_to(view_shape);  // mag has the same strides
+  index_t m = 1;
+  for (int d = 0; d < view_shape.rank(); ++d) {
+    const int k = d - (view_shape.rank() - to_shape.rank());
+    if (k < 0 || to_shape[k] != view_shape[d]) m *= view_shape[d];
+  }
+  std::vector<index_t> idx(static_cast<std::size_t>(view_shape.rank()), 0);
+  for (index_t i = 0; i < hv.size(); ++i) {
+    index_t r = i, oh = 0, ot = 0;
+    for (int d = view_shape.rank() - 1; d >= 0; --d) {
+      const index_t c = r % view_shape[d];
+      r /= view_shape[d];
+      oh += c * hv.strides()[d];
+      ot += c * rb.strides()[d];
+    }
+    const double x = static_cast<double>(hv.data()[oh]);
+    ref.data()[ot] += x;
+    mag.data()[ot] += std::fabs(x);
+  }
+  const double u = std::ldexp(1.0, -std::numeric_limits<float>::digits);  // fp32's unit roundoff, 2^-24
+  const double n = static_cast<double>((m + 31) / 32 + 5);
+  const double uout = std::is_same_v<O, float> ? 0.0 : std::ldexp(1.0, -precis::format_traits<O>::digits);
+  int bad = 0;
+  for (index_t i = 0; i < ref.size(); ++i) {
+    const double g = static_cast<double>(static_cast<float>(got[0].data()[i])), r = ref.data()[i];
+    const double tol = n * u / (1 - n * u) * mag.data()[i] * (1 + uout) + uout * std::fabs(r);
+    if (!(std::fabs(g - r) <= tol)) {
+      if (bad < 3) std::printf("  %s[%lld]: device %.9g, double %.9g, bound %.3g\n", what, static_cast<long long>(i), g, r, tol);
+      ++bad;
+    }
+  }
+  check(bad == 0, std::string(what) + ": " + std::to_string(bad) + " sums outside the bound");
+  check(mismatches(got[0], got[1]) == 0, std::string(what) + ": a second run gave other bits");
+}
+
+void sums() {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(1.0f, 2.0f);
+  precis::Tensor<float> a(Shape{300, 257}), b(Shape{50, 4, 6}), c(Shape{1000, 37});
+  for (auto* t : {&a, &b, &c}) for (auto& v : *t) v = nd(rng);
+  one_sum<float>("bias gradient [257] from [300, 257]", Shape{257}, a, Shape{300, 257}, Shape{257, 1});
+  one_sum<precis::bfloat16>("the same into bf16", Shape{257}, a, Shape{300, 257}, Shape{257, 1});
+  // b stored [50, 4, 6], viewed as [4, 50, 6] (a permuted, strided view): sum over the middle axis
+  one_sum<float>("middle axis [4, 1, 6] from a strided [4, 50, 6]", Shape{4, 1, 6}, b, Shape{4, 50, 6}, Shape{6, 24, 1});
+  one_sum<precis::half>("total [1, 1] from [1000, 37] into fp16", Shape{1, 1}, c, Shape{1000, 37}, Shape{37, 1});
+  std::printf("sums over broadcast axes: within gamma(ceil(m / 32) + 5) sum |x| of double sums, the same bits twice\n");
+}
+
 int run_device() {
   if (pc::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -246,6 +325,7 @@ int run_device() {
   machinery();
   functors<precis::bfloat16>("bf16");
   functors<precis::half>("fp16");
+  sums();
   std::printf("%s\n", failures == 0 ? "device element-wise maps: all checks passed" : "device element-wise maps: FAILED");
   return failures == 0 ? 0 : 1;
 }
