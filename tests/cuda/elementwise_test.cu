@@ -13,7 +13,10 @@
 //   ulp) of a double-precision reference, where the result is a normal fp32 number;
 // - sums over broadcast axes (a bias gradient, a middle axis of a strided view, a total) within
 //   gamma(ceil(m / 32) + 5) sum |x| (+ the output's rounding) of a double sum, the same bits on
-//   a second run.
+//   a second run;
+// - cross-entropy's loss and gradient against double-precision ones, within bounds counted
+//   from the roundings of the sums, exp and log; a label out of range is named on the host and
+//   gives NaN, not a stray read, on the device.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include <random>
 #include <tuple>
 #include <precis/cuda/elementwise.cuh>
+#include <precis/cuda/loss.cuh>
 #include <precis/cuda/reduce.cuh>
 #include <precis/precis.hpp>
 #include <string>
@@ -317,6 +321,73 @@ void sums() {
   std::printf("sums over broadcast axes: within gamma(ceil(m / 32) + 5) sum |x| of double sums, the same bits twice\n");
 }
 
+/// Cross-entropy on [rows, k] logits against double on the host.
+void cross_entropy() {
+  const index_t rows = 300, k = 77;
+  precis::Tensor<float> x(Shape{rows, k});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  std::uniform_int_distribution<std::int64_t> cls(0, k - 1);
+  for (auto& v : x) v = nd(rng);
+  for (auto& c : labels) c = cls(rng);
+  auto dx = pc::DeviceTensor<float>::from_host(x);
+  precis::cuda::device_buffer<std::int64_t> dl(labels.size());
+  precis::cuda::check(cudaMemcpy(dl.data(), labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice), "labels");
+  precis::cuda::device_buffer<float> lse(labels.size()), terms(labels.size());
+  pc::DeviceTensor<float> loss(Shape{1}), gloss(Shape{1}), gx(Shape{rows, k});
+  const auto one = precis::Tensor<float>::full(Shape{1}, 1.0f);
+  gloss.copy_from(one);
+  pc::cross_entropy_forward<float>(nullptr, "ce", dx.view(), dl.data(), lse.data(), terms.data(), loss.view());
+  pc::cross_entropy_backward<float>(nullptr, "ce", pc::DeviceView<const float>(gloss.view()), dx.view(), dl.data(), lse.data(), gx.view(), true);
+  const float got = back(loss).data()[0];
+  const auto g = back(gx);
+  // double reference; bounds: the row sum (ceil(k / 32) + 5 additions) and the mean
+  // (ceil(rows / 32) + 5), exp (2 ulp) and log (1 ulp), the subtractions (1 each)
+  const double u = std::ldexp(1.0, -24);
+  const double ns = static_cast<double>((k + 31) / 32 + 5), nm = static_cast<double>((rows + 31) / 32 + 5);
+  double total = 0, bound = 0;
+  int bad = 0;
+  for (index_t i = 0; i < rows; ++i) {
+    double m = -INFINITY;
+    for (index_t j = 0; j < k; ++j) m = std::max(m, static_cast<double>(x(i, j)));
+    double s = 0;
+    for (index_t j = 0; j < k; ++j) s += std::exp(static_cast<double>(x(i, j)) - m);
+    const double l = m + std::log(s);
+    const double lse_err = (ns + 3) * u + u * std::fabs(m) + 2 * u * std::fabs(l);  // sum and exp, log, m's addition
+    const auto c = static_cast<std::size_t>(i);
+    const double term = l - static_cast<double>(x(i, labels[c]));
+    total += term;
+    bound += lse_err + u * std::fabs(term);
+    for (index_t j = 0; j < k; ++j) {
+      const double p = std::exp(static_cast<double>(x(i, j)) - l);
+      const double d = (p - (j == labels[c] ? 1.0 : 0.0)) / static_cast<double>(rows);
+      // p's relative error: lse's, the subtraction's, exp's 2 ulp; then - 1, / rows, the rounding
+      const double tol = (p * (lse_err + u * std::fabs(static_cast<double>(x(i, j)) - l) + 3 * u) + 2 * u * std::fabs(d) * rows) /
+                         static_cast<double>(rows);
+      if (!(std::fabs(static_cast<double>(g(i, j)) - d) <= tol)) {
+        if (bad < 3) std::printf("  ce gradient [%lld, %lld]: device %.9g, double %.9g, bound %.3g\n", static_cast<long long>(i),
+                                 static_cast<long long>(j), static_cast<double>(g(i, j)), d, tol);
+        ++bad;
+      }
+    }
+  }
+  const double want = total / static_cast<double>(rows);
+  const double ltol = bound / static_cast<double>(rows) + nm * u * std::fabs(want) * 2;
+  check(std::fabs(static_cast<double>(got) - want) <= ltol,
+        "cross-entropy loss " + std::to_string(got) + " against " + std::to_string(want) + " (bound " + std::to_string(ltol) + ")");
+  check(bad == 0, "cross-entropy: " + std::to_string(bad) + " gradient elements outside the bound");
+  // a label out of range: named on the host, NaN on the device
+  labels[5] = k;
+  check(throws_naming<precis::invalid_argument>([&] { pc::check_labels("precis::cross_entropy", labels, k); },
+                                                "label 77 at row 5; expected 0 <= label < 77"),
+        "check_labels names the row and the label");
+  precis::cuda::check(cudaMemcpy(dl.data(), labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice), "labels");
+  pc::cross_entropy_forward<float>(nullptr, "ce", dx.view(), dl.data(), lse.data(), terms.data(), loss.view());
+  check(std::isnan(back(loss).data()[0]), "a label out of range on the device gives a NaN loss");
+  std::printf("cross-entropy: loss and gradient within their bounds of double; bad labels named or NaN\n");
+}
+
 int run_device() {
   if (pc::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -326,6 +397,7 @@ int run_device() {
   functors<precis::bfloat16>("bf16");
   functors<precis::half>("fp16");
   sums();
+  cross_entropy();
   std::printf("%s\n", failures == 0 ? "device element-wise maps: all checks passed" : "device element-wise maps: FAILED");
   return failures == 0 ? 0 : 1;
 }

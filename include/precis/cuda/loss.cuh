@@ -1,0 +1,143 @@
+// Cross-entropy over the rows of a logits matrix on the device: the loss (mean over rows of
+// logsumexp(row) - row[label]) and its gradient, as the op layer's cross_entropy computes them
+// (precis/ops/loss.hpp): logsumexp in the accumulator Acc, the gradient g / rows (softmax - one
+// hot) in the arithmetic R. Include only from .cu translation units.
+//
+//   precis::cuda::cross_entropy_forward<float>(stream, "precis::cross_entropy", logits, labels, lse, loss);
+//   precis::cuda::cross_entropy_backward<float>(stream, "precis::cross_entropy", gloss, logits, labels, lse, glogits, false);
+//
+// Each row is one warp's: the maximum by a butterfly of maxima, then lane l adds
+// exp(x_j - max) for j = l, l + 32, ... in order and the lane sums are added pairwise, so a
+// loss gives the same bits on every run. The mean over rows is one warp's sum in the same
+// order. Labels are device int64 values; the host checks them where it has them
+// (check_labels), and a label outside [0, classes) on the device gives a NaN loss and NaN
+// gradients in its row rather than reading outside the row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "precis/cuda/elementwise.cuh"
+
+namespace precis::cuda {
+
+namespace loss_detail {
+
+template <class Acc, class X>
+__device__ Acc row_lse(const X* row, index_t k, index_t stride, int lane) {
+  Acc m = -static_cast<Acc>(INFINITY);
+  for (index_t j = lane; j < k; j += 32) {
+    const Acc v = ew_detail::load<Acc>(row + j * stride);
+    m = v > m || v != v ? v : m;  // NaN propagates
+  }
+  for (int w = 16; w > 0; w /= 2) {
+    const Acc o = __shfl_xor_sync(0xffffffffu, m, w);
+    m = o > m || o != o ? o : m;
+  }
+  if (m == static_cast<Acc>(INFINITY) || m == -static_cast<Acc>(INFINITY) || m != m) return m;  // lse = max there
+  Acc s = 0;
+  for (index_t j = lane; j < k; j += 32) s += ::exp(ew_detail::load<Acc>(row + j * stride) - m);
+  for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
+  return m + ::log(s);
+}
+
+/// A warp per row: the row's logsumexp into lse, its term (lse - x[label]) into terms; a second
+/// launch takes the terms' mean (a fixed order, independent of the grid).
+template <class Acc, class X>
+__global__ void forward_rows(const X* x, index_t rows, index_t k, index_t s0, index_t s1, const std::int64_t* labels, Acc* lse,
+                             Acc* terms) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const auto warps = static_cast<index_t>(gridDim.x) * (blockDim.x / 32);
+  for (index_t i = static_cast<index_t>((blockIdx.x * blockDim.x + threadIdx.x) / 32); i < rows; i += warps) {
+    const X* row = x + i * s0;
+    const Acc l = row_lse<Acc>(row, k, s1, lane);
+    if (lane == 0) {
+      const std::int64_t c = labels[i];
+      lse[i] = l;
+      terms[i] = (c >= 0 && c < k) ? Acc(l - ew_detail::load<Acc>(row + c * s1)) : static_cast<Acc>(NAN);
+    }
+  }
+}
+
+/// loss = mean of the terms: one warp, lanes in order, then pairwise.
+template <class Acc, class O>
+__global__ void mean_of(const Acc* terms, index_t rows, O* loss) {
+  const int lane = static_cast<int>(threadIdx.x);
+  Acc s = 0;
+  for (index_t i = lane; i < rows; i += 32) s += terms[i];
+  for (int w = 16; w > 0; w /= 2) s += __shfl_down_sync(0xffffffffu, s, w);
+  if (lane == 0) ew_detail::store(loss, Acc(s / static_cast<Acc>(rows)));
+}
+
+template <class R, class G, class X, class Acc, class GX>
+__global__ void backward_rows(const G* gloss, const X* x, index_t rows, index_t k, index_t s0, index_t s1, const std::int64_t* labels,
+                              const Acc* lse, GX* gx, index_t g0, index_t g1, bool fresh) {
+  const R g = R(ew_detail::load<R>(gloss) / R(static_cast<double>(rows)));
+  const index_t n = rows * k;
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t t = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += step) {
+    const index_t i = t / k, j = t % k;
+    const std::int64_t c = labels[i];
+    const R p = ::exp(R(ew_detail::load<R>(x + i * s0 + j * s1) - R(lse[i])));
+    const R d = (c >= 0 && c < k) ? R(g * (j == c ? R(p - R(1)) : p)) : static_cast<R>(NAN);
+    GX* out = gx + i * g0 + j * g1;
+    ew_detail::store(out, fresh ? d : R(ew_detail::load<R>(out) + d));
+  }
+}
+
+}  // namespace loss_detail
+
+/// Throws precis::invalid_argument naming `op` when a label is outside [0, classes); for labels
+/// the host holds before copying them to the device.
+inline void check_labels(const char* op, std::span<const std::int64_t> labels, index_t classes) {
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw invalid_argument(std::string(op) + ": label " + std::to_string(labels[i]) + " at row " + std::to_string(i) +
+                             "; expected 0 <= label < " + std::to_string(classes));
+    }
+  }
+}
+
+/// loss[0] = mean over rows of logsumexp(x[i, :]) - x[i, labels[i]], in Acc; lse[i] keeps each
+/// row's logsumexp for the backward, `terms` is Acc workspace of `rows` elements. x [rows,
+/// classes] of any strides; labels, lse and terms dense device arrays of `rows` elements.
+template <class Acc, class O, class X>
+void cross_entropy_forward(cudaStream_t stream, const char* op, const DeviceView<X>& x, const std::int64_t* labels, Acc* lse,
+                           Acc* terms, const DeviceView<O>& loss) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::cross_entropy: Acc is float or double");
+  if (x.rank() != 2 || x.shape()[0] < 1 || x.shape()[1] < 1 || loss.size() != 1) {
+    throw shape_error(std::string(op) + ": logits " + x.shape().str() + " and a loss of shape " + loss.shape().str() +
+                      "; expected logits [rows >= 1, classes >= 1] and one loss element");
+  }
+  const index_t rows = x.shape()[0], k = x.shape()[1];
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((rows * 32 + 255) / 256, 65535));
+  loss_detail::forward_rows<Acc><<<blocks, 256, 0, stream>>>(x.data(), rows, k, x.strides()[0], x.strides()[1], labels, lse, terms);
+  check(cudaGetLastError(), std::string(op) + ": launch of the row kernel");
+  loss_detail::mean_of<Acc><<<1, 32, 0, stream>>>(terms, rows, loss.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the mean kernel");
+}
+
+/// gx (+)= gloss / rows * (softmax(x[i, :]) - onehot(labels[i])), in R, rounded once into gx's
+/// format: assigned when `fresh`, added otherwise. lse from the forward.
+template <class R, class G, class X, class Acc, class GX>
+void cross_entropy_backward(cudaStream_t stream, const char* op, const DeviceView<G>& gloss, const DeviceView<X>& x,
+                            const std::int64_t* labels, const Acc* lse, const DeviceView<GX>& gx, bool fresh) {
+  static_assert(std::is_same_v<R, float> || std::is_same_v<R, double>, "precis::cuda::cross_entropy: R is float or double");
+  if (x.rank() != 2 || gx.shape() != x.shape() || gloss.size() != 1) {
+    throw shape_error(std::string(op) + ": logits " + x.shape().str() + ", their gradient " + gx.shape().str() +
+                      " and the loss's gradient " + gloss.shape().str() + "; expected equal logits shapes and one element");
+  }
+  const index_t n = x.size();
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((n + 255) / 256, 65535));
+  loss_detail::backward_rows<R><<<blocks, 256, 0, stream>>>(gloss.data(), x.data(), x.shape()[0], x.shape()[1], x.strides()[0],
+                                                             x.strides()[1], labels, lse, gx.data(), gx.strides()[0],
+                                                             gx.strides()[1], fresh);
+  check(cudaGetLastError(), std::string(op) + ": launch of the gradient kernel");
+}
+
+}  // namespace precis::cuda
