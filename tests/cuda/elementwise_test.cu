@@ -351,10 +351,16 @@ void cross_entropy() {
   for (index_t i = 0; i < rows; ++i) {
     double m = -INFINITY;
     for (index_t j = 0; j < k; ++j) m = std::max(m, static_cast<double>(x(i, j)));
-    double s = 0;
-    for (index_t j = 0; j < k; ++j) s += std::exp(static_cast<double>(x(i, j)) - m);
+    double s = 0, spread = 0;
+    for (index_t j = 0; j < k; ++j) {
+      const double e = std::exp(static_cast<double>(x(i, j)) - m);
+      s += e;
+      spread += e * (m - static_cast<double>(x(i, j)));  // x - m's rounding, amplified by exp
+    }
     const double l = m + std::log(s);
-    const double lse_err = (ns + 3) * u + u * std::fabs(m) + 2 * u * std::fabs(l);  // sum and exp, log, m's addition
+    // the sum's additions, exp's 2 ulp per term and x - m's rounding (relative to the sum), log's
+    // ulp and the addition of m
+    const double lse_err = (ns + 2) * u + u * spread / s + u * std::fabs(l - m) + u * std::fabs(l);
     const auto c = static_cast<std::size_t>(i);
     const double term = l - static_cast<double>(x(i, labels[c]));
     total += term;
@@ -362,9 +368,10 @@ void cross_entropy() {
     for (index_t j = 0; j < k; ++j) {
       const double p = std::exp(static_cast<double>(x(i, j)) - l);
       const double d = (p - (j == labels[c] ? 1.0 : 0.0)) / static_cast<double>(rows);
-      // p's relative error: lse's, the subtraction's, exp's 2 ulp; then - 1, / rows, the rounding
-      const double tol = (p * (lse_err + u * std::fabs(static_cast<double>(x(i, j)) - l) + 3 * u) + 2 * u * std::fabs(d) * rows) /
-                         static_cast<double>(rows);
+      // p's relative error: lse's, the subtraction's, exp's 2 ulp; then p - 1, g / rows and the
+      // product, one rounding each
+      const double tol = p * (lse_err + u * std::fabs(static_cast<double>(x(i, j)) - l) + 3 * u) / static_cast<double>(rows) +
+                         3 * u * std::fabs(d);
       if (!(std::fabs(static_cast<double>(g(i, j)) - d) <= tol)) {
         if (bad < 3) std::printf("  ce gradient [%lld, %lld]: device %.9g, double %.9g, bound %.3g\n", static_cast<long long>(i),
                                  static_cast<long long>(j), static_cast<double>(g(i, j)), d, tol);

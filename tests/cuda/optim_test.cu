@@ -7,7 +7,7 @@
 // equal, the masters within a bound from the unit roundoff (the device fuses multiplies and
 // adds), each parameter its master rounded once, a skipped step writing nothing; two runs give
 // the same bits; the step captured in a CUDA graph (which fails if it synchronizes with the host)
-// gives the same bits replayed.
+// gives the same bits replayed; force_found_inf skips a step; zero_grad writes +0.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -239,7 +239,15 @@ void graph_replay() {
   std::printf("graph: 8 steps replayed from a captured step give the direct steps' bits\n");
 }
 
-/// Two identical runs, the same bits (the sums have a fixed order).
+template <class T>
+int mismatches_bits(const precis::Tensor<T>& a, const precis::Tensor<T>& b) {
+  int n = 0;
+  for (index_t k = 0; k < a.size(); ++k) n += !same_bits(a.data()[k], b.data()[k]);
+  return n;
+}
+
+/// Two identical runs, the same bits (the sums have a fixed order); then a forced overflow and
+/// zero_grad.
 void deterministic() {
   using P = precis::policy::named<"bf16-mixed">;
   using S = precis::bfloat16;
@@ -259,6 +267,21 @@ void deterministic() {
     for (int s = 0; s < 3; ++s) o.step();
     norms.push_back(o.read_status().grad_norm);
     out.push_back(w.to_host());
+    if (run == 1) {
+      // a forced overflow skips the next step whatever the gradients hold; zero_grad zeroes them
+      o.force_found_inf();
+      o.step();
+      const auto st = o.read_status();
+      check(st.found_inf && !st.applied && st.updates == 3 && st.scaler.skipped == 1, "force_found_inf: the step is skipped");
+      check(mismatches_bits(w.to_host(), out.back()) == 0, "force_found_inf: the skipped step wrote parameters");
+      o.step();
+      check(o.read_status().applied, "the step after a forced overflow applies");
+      o.zero_grad();
+      const auto gz = gd.to_host();
+      int nonzero = 0;
+      for (const auto& x : gz) nonzero += !same_bits(x, S(0.0f));
+      check(nonzero == 0, "zero_grad: " + std::to_string(nonzero) + " gradients are not +0");
+    }
   }
   int diff = 0;
   for (index_t k = 0; k < out[0].size(); ++k) diff += !same_bits(out[0].data()[k], out[1].data()[k]);

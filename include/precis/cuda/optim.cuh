@@ -193,11 +193,11 @@ __global__ void __launch_bounds__(threads) masters_kernel(const Seg* segs, const
   for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) s.master[i] = load<M>(s.value, i);
 }
 
-template <class Seg, class G>
+template <class Seg>
 __global__ void __launch_bounds__(threads) zero_kernel(const Seg* segs, const int* tile_seg) {
   index_t begin = 0, end = 0;
   const Seg& s = tile_segment(segs, tile_seg, begin, end);
-  for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) s.grad[i] = G{};
+  for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) store(s.grad, i, 0.0f);
 }
 
 template <class Context, class M>
@@ -282,7 +282,7 @@ class MixedPrecisionOptimizer {
 
   /// Enqueues zeroing every parameter's gradient.
   void zero_grad() {
-    optim_detail::zero_kernel<seg, grad_type>
+    optim_detail::zero_kernel<seg>
         <<<static_cast<unsigned>(n_tiles_), optim_detail::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data());
     launched("zero_grad");
   }

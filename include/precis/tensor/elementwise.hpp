@@ -64,14 +64,19 @@ TensorView<S, C> as_mutable_view(const TensorView<S, C>& v) { return v; }
 
 namespace detail {
 
-template <std::size_t, class T>
-using repeat_t = T;
+template <class F, class C, class Seq>
+struct bulk_callable;
+template <class F, class C, std::size_t... I>
+struct bulk_callable<F, C, std::index_sequence<I...>> {
+  static constexpr bool value =
+      requires(const F& f, C* o, const std::array<const C*, sizeof...(I)>& in, index_t n) { f.bulk(o, in[I]..., n); };
+};
 
-/// Whether f has a vectorized kernel f.bulk(out, in..., n) over arrays of C, one per input (a
-/// named concept: nvcc's front end misjudges the same requires-expression written inline in the
-/// generic lambdas below).
-template <class F, class C, class... In>
-concept has_bulk = requires(const F& f, C* o, const In*... in, index_t n) { f.bulk(o, in..., n); };
+/// Whether f has a vectorized kernel f.bulk(out, in_1, ..., in_n, n) over arrays of C (a trait
+/// outside the generic lambdas below: nvcc's front end misjudges the same requires-expression
+/// written inline in them).
+template <class F, class C, std::size_t Inputs>
+concept has_bulk = bulk_callable<F, C, std::make_index_sequence<Inputs>>::value;
 
 /// Of two formats, one that holds every value of both (float or double when neither does).
 template <class A, class B>
@@ -222,7 +227,7 @@ void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorVi
         const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
             std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
             ibuf[I].data())...};
-        if constexpr (detail::has_bulk<F, C, detail::repeat_t<I, C>...>) {
+        if constexpr (detail::has_bulk<F, C, sizeof...(IS)>) {
           f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
         } else {
           // o is either disjoint from every input or the very same elements (check_map), so
@@ -284,7 +289,7 @@ PRECIS_IVDEP
           [&]<std::size_t... I>(std::index_sequence<I...>) {
             (g.gather(std::get<I>(inputs).data(), I + 1, std::get<I>(raw).data()), ...);
             const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(std::get<I>(raw).data(), n, 1, ibuf[I].data())...};
-            if constexpr (detail::has_bulk<F, C, detail::repeat_t<I, C>...>) {
+            if constexpr (detail::has_bulk<F, C, sizeof...(IS)>) {
               f.bulk(obuf.data(), src[I]..., n);
             } else {
 PRECIS_IVDEP
