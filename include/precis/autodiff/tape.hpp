@@ -54,7 +54,7 @@ fp8_state_t<P> make_fp8_state() {
 /// The element-wise copy functor (map_into rounds once into the destination's storage).
 struct identity {
   template <class T>
-  T operator()(const T& a) const {
+  PRECIS_HOST_DEVICE T operator()(const T& a) const {
     return a;
   }
 };

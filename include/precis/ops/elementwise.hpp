@@ -34,8 +34,8 @@ struct unary_def : def<S> {
   static Shape shape(const attrs&, const Shape& x) { return x; }
 
   template <class T, class Ctx, class O, class X>
-  static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, x);
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+    ctx.template map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, x);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy,
@@ -44,9 +44,9 @@ struct unary_def : def<S> {
     const auto& g = std::get<0>(gx);
     if (g.data() == nullptr) return;
     if (ctx.take_fresh(g)) {
-      map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, D{}, gy, std::get<0>(x), y);
+      ctx.template map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, D{}, gy, std::get<0>(x), y);
     } else {
-      map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, fn_::add_derivative<D>{}, g.as_const(), gy,
+      ctx.template map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), g, fn_::add_derivative<D>{}, g.as_const(), gy,
                                        std::get<0>(x), y);
     }
   }
@@ -68,9 +68,9 @@ struct binary_def : def<S> {
   }
 
   template <class T, class Ctx, class O, class A, class B>
-  static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const A>& a,
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const A>& a,
                       const TensorView<const B>& b) {
-    map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, a, b);
+    ctx.template map_into<typename T::arithmetic>(detail::ad::name_of<Op>(), y, Fwd{}, a, b);
   }
   template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy,
@@ -92,9 +92,9 @@ struct binary_def : def<S> {
         return;
       }
       const auto full = ctx.template temp<Acc>(gy.shape());
-      map_into<R>(name, full, d, gy, a, b, y);
+      ctx.template map_into<R>(name, full, d, gy, a, b, y);
       const auto red = ctx.template temp<Acc>(g.shape());
-      detail::ad::sum_to_shape<Acc>(red, full.as_const());
+      ctx.sum_to_shape(red, full.as_const());
       ctx.template add_into<R>(name, g, red.as_const());
     };
     one(std::get<0>(gx), DA{});

@@ -150,7 +150,7 @@ struct linear : def<policy::safety::low_precision_safe> {
         if constexpr (std::is_same_v<O, Acc>) return y;
         else return ctx.template temp<Acc>(y.shape());
       }();
-      map_into<default_compute_t<Acc>>("precis::linear", acc, [](const auto& v) { return v; }, bias...);  // broadcast
+      ctx.template map_into<default_compute_t<Acc>>("precis::linear", acc, detail::identity{}, bias...);  // broadcast
       ctx.gemm(acc, sv.x, sv.w.transpose(), true, alpha);
       if constexpr (!std::is_same_v<O, Acc>) ctx.copy(acc.as_const(), y);
     }

@@ -13,8 +13,8 @@
 //                                    empty view, data() == nullptr, when input i needs none)
 // T is policy::op_types<P, Op, In...>: its compute (the storage format inputs are rounded to),
 // accumulate (what sums run in) and output (the result's storage) types. ctx is the backend:
-// temporary and kept memory, and the GEMM (op::cpu is today's engine). A view op (permute)
-// defines view(attrs, x) instead of shape/forward.
+// temporary and kept memory, the GEMM, element-wise maps and broadcast sums (op::cpu is today's
+// engine). A view op (permute) defines view(attrs, x) instead of shape/forward.
 //
 // The front ends every op file adds, generic over the definition:
 //   conv2d(x, w, opts)                      Var inputs: recorded on their tape
@@ -201,6 +201,20 @@ class cpu {
         }
       }
     }
+  }
+
+  /// y = f(x...) element-wise (x broadcast to y's shape), evaluated in A and rounded once into
+  /// y's storage: precis::map_into on this backend.
+  template <class A, class Y, class F, class... X>
+  void map_into(const char* op, const Y& y, F f, const X&... x) const {
+    precis::map_into<A>(op, y, f, x...);
+  }
+
+  /// to = the sum of `from` over the axes along which to's shape broadcasts to from's, in to's
+  /// type (the gradient of a broadcast operand).
+  template <class T>
+  void sum_to_shape(const TensorView<T>& to, const TensorView<const T>& from) const {
+    detail::ad::sum_to_shape(to, from);
   }
 
   /// to = from, rounded once to nearest into to's storage (same shapes, any strides).
