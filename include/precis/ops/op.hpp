@@ -99,10 +99,127 @@ struct def : policy::detail::tag<S> {
   struct saved {};
 };
 
+/// The fresh-gradient bookkeeping every backend's context shares (see mark_fresh); Derived
+/// zeroes memory its own way: zero_bytes(p, n).
+template <class Derived>
+class fresh_tracking {
+ public:
+  /// Backward: the gradient buffer [p, p + bytes) was allocated for this node and nothing has
+  /// added into it. `zeroed`: it holds zeros; otherwise it holds nothing yet (an op that
+  /// declares assigns_fresh_gradients was handed it uninitialized) and settle_fresh() zeroes it
+  /// if no write took it. The first write into it through add_into, accumulate or gemm assigns
+  /// instead of adding (the same values: 0 + v rounded once is v rounded once, except that a
+  /// -0 stays -0), which skips reading zeros back; any later write adds. Returns false when
+  /// there is no room to track another buffer (the caller then zeroes it and forgets it).
+  bool mark_fresh(void* p, std::size_t bytes, bool zeroed = true) const noexcept {
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin == nullptr) {
+        f = {static_cast<unsigned char*>(p), bytes, zeroed};
+        unzeroed_ += zeroed ? 0 : 1;
+        return true;
+      }
+    }
+    return false;
+  }
+  /// Whether a write into v may assign: v starts at a fresh buffer's first element, and either
+  /// covers all of it or the rest holds zeros. A buffer without its zeros yet is zeroed here
+  /// unless v covers every byte of it once. Any write that starts inside a fresh buffer ends
+  /// its freshness; a write that does not start at its first element adds (into zeros).
+  template <class T, class C>
+  bool take_fresh(const TensorView<T, C>& v) const noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    if (p == nullptr) return false;
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin != nullptr && !std::less<>{}(p, f.begin) && std::less<>{}(p, f.begin + f.bytes)) {
+        const bool at_start = p == f.begin;
+        if (!f.zeroed) {
+          if (!(at_start && covers_densely(v, f.bytes))) static_cast<const Derived&>(*this).zero_bytes(f.begin, f.bytes);
+          --unzeroed_;
+        }
+        f = {};
+        return at_start;
+      }
+    }
+    return false;
+  }
+  /// After an op's backward: the fresh buffers it never wrote, and that were handed out
+  /// without zeros, get them (the context is not used again).
+  void settle_fresh() const noexcept {
+    if (unzeroed_ == 0) return;  // every buffer handed out unzeroed was written
+    for (fresh_buffer& f : fresh_) {
+      if (f.begin != nullptr && !f.zeroed) {
+        static_cast<const Derived&>(*this).zero_bytes(f.begin, f.bytes);
+        f = {};
+      }
+    }
+    unzeroed_ = 0;
+  }
+
+ private:
+  struct fresh_buffer {
+    unsigned char* begin = nullptr;
+    std::size_t bytes = 0;
+    bool zeroed = true;
+  };
+  /// Whether v's elements are `bytes` bytes from its first element, each once: its axes, by
+  /// increasing stride, are those of a contiguous array in some order (a permuted or
+  /// transposed view of the whole buffer; no broadcast or overlapping axes).
+  template <class T, class C>
+  static bool covers_densely(const TensorView<T, C>& v, std::size_t bytes) noexcept {
+    index_t count = 1;  // the element count and row-major contiguity in one pass
+    bool row_major = true;
+    for (int i = v.rank() - 1; i >= 0; --i) {
+      row_major = row_major && (v.shape()[i] == 1 || v.strides()[i] == count);
+      count *= v.shape()[i];
+    }
+    if (static_cast<std::size_t>(count) * sizeof(T) != bytes) return false;
+    if (row_major) return true;
+    // in some order: the axes longer than 1 have strides 1, e1, e1 e2, ... (each used once)
+    std::array<bool, static_cast<std::size_t>(max_rank)> used{};
+    index_t expect = 1;
+    for (int found = 0; expect < count; ++found) {
+      int next = -1;
+      for (int i = 0; i < v.rank() && next < 0; ++i) {
+        if (!used[static_cast<std::size_t>(i)] && v.shape()[i] != 1 && v.strides()[i] == expect) next = i;
+      }
+      if (next < 0 || found == max_rank) return false;
+      used[static_cast<std::size_t>(next)] = true;
+      expect *= v.shape()[next];
+    }
+    return true;
+  }
+  mutable std::array<fresh_buffer, 4> fresh_{};
+  mutable int unzeroed_ = 0;  // fresh buffers not zeroed and not yet written
+};
+
+/// gx = f(args...) in A: a fresh gradient's first write.
+template <class A, class F>
+struct assign_fn {
+  F f;
+  template <class... V>
+  PRECIS_HOST_DEVICE A operator()(const V&... v) const {
+    return A(f(v...));
+  }
+};
+/// gx + f(args...) in A.
+template <class A, class F>
+struct accumulate_fn {
+  F f;
+  template <class... V>
+  PRECIS_HOST_DEVICE A operator()(const A& acc, const V&... v) const {
+    return A(acc + f(v...));
+  }
+};
+/// acc + v in A.
+template <class A>
+struct add_fn {
+  PRECIS_HOST_DEVICE A operator()(const A& acc, const A& v) const { return A(acc + v); }
+};
+
 /// The CPU backend: memory from the tape's arenas (or an eager call's own) and precis's blocked
 /// GEMM. Ops reach memory and matrix products only through their context, so a device backend
 /// with the same members runs the same definitions.
-class cpu {
+class cpu : public fresh_tracking<cpu> {
  public:
   /// max_isa caps the GEMM's instruction-set level (a policy's reproducible_gemm asks for the
   /// kernels whose sums are the same on every level).
@@ -217,6 +334,9 @@ class cpu {
     detail::ad::sum_to_shape(to, from);
   }
 
+  /// n zero bytes at p (fresh_tracking's zeroing).
+  static void zero_bytes(void* p, std::size_t n) noexcept { std::memset(p, 0, n); }
+
   /// to = from, rounded once to nearest into to's storage (same shapes, any strides).
   template <class S, class C, class D, class DC>
   static void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
@@ -237,7 +357,7 @@ class cpu {
       map_into<A>(op, to, detail::identity{}, from);
       return;
     }
-    map_into<A>(op, to, [](const A& acc, const A& v) { return A(acc + v); }, to.as_const(), from);
+    map_into<A>(op, to, add_fn<A>{}, to.as_const(), from);
   }
 
   /// gx += f(args...) element-wise, computed in A (args broadcast to gx's shape), rounded once;
@@ -245,103 +365,18 @@ class cpu {
   template <class A, class G, class F, class... V>
   void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) const {
     if (take_fresh(gx)) {
-      map_into<A>(op, gx, [f](const auto&... a) { return A(f(a...)); }, args...);
+      map_into<A>(op, gx, assign_fn<A, F>{f}, args...);
     } else {
-      map_into<A>(op, gx, [f](const A& acc, const auto&... a) { return A(acc + f(a...)); }, TensorView<const G>(gx), args...);
+      map_into<A>(op, gx, accumulate_fn<A, F>{f}, TensorView<const G>(gx), args...);
     }
-  }
-
-  /// Backward: the gradient buffer [p, p + bytes) was allocated for this node and nothing has
-  /// added into it. `zeroed`: it holds zeros; otherwise it holds nothing yet (an op that
-  /// declares assigns_fresh_gradients was handed it uninitialized) and settle_fresh() zeroes it
-  /// if no write took it. The first write into it through add_into, accumulate or gemm assigns
-  /// instead of adding (the same values: 0 + v rounded once is v rounded once, except that a
-  /// -0 stays -0), which skips reading zeros back; any later write adds. Returns false when
-  /// there is no room to track another buffer (the caller then zeroes it and forgets it).
-  bool mark_fresh(void* p, std::size_t bytes, bool zeroed = true) const noexcept {
-    for (fresh_buffer& f : fresh_) {
-      if (f.begin == nullptr) {
-        f = {static_cast<unsigned char*>(p), bytes, zeroed};
-        unzeroed_ += zeroed ? 0 : 1;
-        return true;
-      }
-    }
-    return false;
-  }
-  /// Whether a write into v may assign: v starts at a fresh buffer's first element, and either
-  /// covers all of it or the rest holds zeros. A buffer without its zeros yet is zeroed here
-  /// unless v covers every byte of it once. Any write that starts inside a fresh buffer ends
-  /// its freshness; a write that does not start at its first element adds (into zeros).
-  template <class T, class C>
-  bool take_fresh(const TensorView<T, C>& v) const noexcept {
-    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-    if (p == nullptr) return false;
-    for (fresh_buffer& f : fresh_) {
-      if (f.begin != nullptr && !std::less<>{}(p, f.begin) && std::less<>{}(p, f.begin + f.bytes)) {
-        const bool at_start = p == f.begin;
-        if (!f.zeroed) {
-          if (!(at_start && covers_densely(v, f.bytes))) std::memset(f.begin, 0, f.bytes);
-          --unzeroed_;
-        }
-        f = {};
-        return at_start;
-      }
-    }
-    return false;
-  }
-  /// After an op's backward: the fresh buffers it never wrote, and that were handed out
-  /// without zeros, get them (the context is not used again).
-  void settle_fresh() const noexcept {
-    if (unzeroed_ == 0) return;  // every buffer handed out unzeroed was written
-    for (fresh_buffer& f : fresh_) {
-      if (f.begin != nullptr && !f.zeroed) {
-        std::memset(f.begin, 0, f.bytes);
-        f = {};
-      }
-    }
-    unzeroed_ = 0;
   }
 
  private:
-  struct fresh_buffer {
-    unsigned char* begin = nullptr;
-    std::size_t bytes = 0;
-    bool zeroed = true;
-  };
-  /// Whether v's elements are `bytes` bytes from its first element, each once: its axes, by
-  /// increasing stride, are those of a contiguous array in some order (a permuted or
-  /// transposed view of the whole buffer; no broadcast or overlapping axes).
-  template <class T, class C>
-  static bool covers_densely(const TensorView<T, C>& v, std::size_t bytes) noexcept {
-    index_t count = 1;  // the element count and row-major contiguity in one pass
-    bool row_major = true;
-    for (int i = v.rank() - 1; i >= 0; --i) {
-      row_major = row_major && (v.shape()[i] == 1 || v.strides()[i] == count);
-      count *= v.shape()[i];
-    }
-    if (static_cast<std::size_t>(count) * sizeof(T) != bytes) return false;
-    if (row_major) return true;
-    // in some order: the axes longer than 1 have strides 1, e1, e1 e2, ... (each used once)
-    std::array<bool, static_cast<std::size_t>(max_rank)> used{};
-    index_t expect = 1;
-    for (int found = 0; expect < count; ++found) {
-      int next = -1;
-      for (int i = 0; i < v.rank() && next < 0; ++i) {
-        if (!used[static_cast<std::size_t>(i)] && v.shape()[i] != 1 && v.strides()[i] == expect) next = i;
-      }
-      if (next < 0 || found == max_rank) return false;
-      used[static_cast<std::size_t>(next)] = true;
-      expect *= v.shape()[next];
-    }
-    return true;
-  }
   Arena* temp_;
   Arena* keep_;
   bool saving_;
   gemm_isa max_isa_;
   fp8::scaling_state* fp8_;
-  mutable std::array<fresh_buffer, 4> fresh_{};
-  mutable int unzeroed_ = 0;  // fresh buffers not zeroed and not yet written
 };
 
 }  // namespace precis::op
