@@ -126,7 +126,7 @@ class fresh_tracking {
   /// unless v covers every byte of it once. Any write that starts inside a fresh buffer ends
   /// its freshness; a write that does not start at its first element adds (into zeros).
   template <class T, class C>
-  bool take_fresh(const TensorView<T, C>& v) const noexcept {
+  bool take_fresh(const TensorView<T, C>& v) const {
     const auto* p = reinterpret_cast<const unsigned char*>(v.data());
     if (p == nullptr) return false;
     for (fresh_buffer& f : fresh_) {
@@ -144,7 +144,7 @@ class fresh_tracking {
   }
   /// After an op's backward: the fresh buffers it never wrote, and that were handed out
   /// without zeros, get them (the context is not used again).
-  void settle_fresh() const noexcept {
+  void settle_fresh() const {
     if (unzeroed_ == 0) return;  // every buffer handed out unzeroed was written
     for (fresh_buffer& f : fresh_) {
       if (f.begin != nullptr && !f.zeroed) {

@@ -1,0 +1,225 @@
+// The op layer's device backend: a context with op::cpu's members whose memory is device memory
+// and whose GEMM, element-wise maps, sums and zeroing run on one CUDA stream, so an op
+// definition that reaches memory and arithmetic only through its context (the element-wise
+// ops, linear's forward, every use of add_into / accumulate / gemm) runs unchanged on the GPU.
+// Include only from .cu translation units.
+//
+//   precis::cuda::DeviceArena temp, keep;
+//   const precis::op::cuda ctx(temp, keep, true, stream);
+//   precis::op::relu::forward<T>(ctx, {}, y, saved, x);   // y, x: TensorViews of device memory
+//
+// TensorViews handed to this context point to device memory and are never dereferenced on the
+// host. What it does not have yet: fp8 scaling (fp8_gemm and cast_fp8 throw).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "precis/cuda/device.cuh"
+#include "precis/cuda/elementwise.cuh"
+#include "precis/cuda/gemm.cuh"
+#include "precis/cuda/reduce.cuh"
+#include "precis/ops/op.hpp"
+
+namespace precis::cuda {
+
+/// The bump allocator of device memory behind a device context: every allocation of one op or
+/// one step from cudaMalloc'd blocks, rewound by reset(). As precis::Arena: when a step needed
+/// more than one block, reset() replaces them by one block of the largest step seen, so from
+/// the second step of the same shapes on nothing is allocated.
+class DeviceArena {
+ public:
+  static constexpr std::size_t alignment = 256;
+
+  DeviceArena() = default;
+  explicit DeviceArena(std::size_t initial_bytes) { add_block(round_up(initial_bytes)); }
+
+  /// `bytes` of uninitialized device memory on a 256-byte boundary, valid until reset().
+  void* allocate(std::size_t bytes) {
+    bytes = round_up(std::max<std::size_t>(bytes, 1));
+    if (current_ < blocks_.size() && blocks_[current_].used + bytes > blocks_[current_].data.size()) {
+      ++current_;
+      while (current_ < blocks_.size() && bytes > blocks_[current_].data.size()) ++current_;
+    }
+    if (current_ >= blocks_.size()) {
+      const std::size_t last = blocks_.empty() ? 0 : blocks_.back().data.size();
+      add_block(std::max({bytes, 2 * last, std::size_t{1} << 20}));
+      current_ = blocks_.size() - 1;
+    }
+    block& b = blocks_[current_];
+    void* p = b.data.data() + b.used;
+    b.used += bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  template <class T>
+  T* allocate_array(std::size_t n) {
+    static_assert(std::is_trivially_copyable_v<T>, "precis::cuda::DeviceArena holds trivially copyable types only");
+    return static_cast<T*>(allocate(n * sizeof(T)));
+  }
+  /// Forgets every allocation (the memory is reused; kernels still reading it must be ordered
+  /// before the next writes, as on one stream).
+  void reset() {
+    if (blocks_.size() > 1) {
+      blocks_.clear();
+      add_block(peak_);
+    }
+    for (block& b : blocks_) b.used = 0;
+    current_ = 0;
+    in_use_ = 0;
+  }
+  std::size_t bytes_in_use() const noexcept { return in_use_; }
+  std::size_t peak_bytes() const noexcept { return peak_; }
+  std::size_t capacity() const noexcept {
+    std::size_t c = 0;
+    for (const block& b : blocks_) c += b.data.size();
+    return c;
+  }
+
+ private:
+  struct block {
+    device_buffer<unsigned char> data;
+    std::size_t used = 0;
+  };
+  static std::size_t round_up(std::size_t n) { return (n + alignment - 1) / alignment * alignment; }
+  void add_block(std::size_t bytes) { blocks_.push_back(block{device_buffer<unsigned char>(bytes), 0}); }
+
+  std::vector<block> blocks_;
+  std::size_t current_ = 0;
+  std::size_t in_use_ = 0;
+  std::size_t peak_ = 0;
+};
+
+/// A TensorView of device memory as a DeviceView (the same pointer, shape and strides).
+template <class S, class C>
+DeviceView<S> device_view(const TensorView<S, C>& v) {
+  return DeviceView<S>(v.data(), v.shape(), v.strides());
+}
+
+}  // namespace precis::cuda
+
+namespace precis::op {
+
+/// The device backend (see the file comment): op::cpu's members on device memory and one
+/// stream.
+class cuda : public fresh_tracking<cuda> {
+ public:
+  cuda(precis::cuda::DeviceArena& temp, precis::cuda::DeviceArena& keep, bool saving, cudaStream_t stream = nullptr) noexcept
+      : temp_(&temp), keep_(&keep), saving_(saving), stream_(stream) {}
+
+  bool saving() const noexcept { return saving_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+  /// Uninitialized device memory rewound after the op (forward) or the node (backward).
+  template <class T>
+  TensorView<T> temp(const Shape& s) const {
+    return TensorView<T>(temp_->template allocate_array<T>(static_cast<std::size_t>(s.numel())), s);
+  }
+  /// temp() filled with zeros (all zero bytes: the binary formats' +0).
+  template <class T>
+  TensorView<T> zeros(const Shape& s) const {
+    const auto v = temp<T>(s);
+    zero_bytes(v.data(), static_cast<std::size_t>(v.size()) * sizeof(T));
+    return v;
+  }
+  /// Uninitialized device memory that lives as long as the step (saved state).
+  template <class T>
+  TensorView<T> keep(const Shape& s) const {
+    return TensorView<T>(keep_->template allocate_array<T>(static_cast<std::size_t>(s.numel())), s);
+  }
+  template <class T>
+  T* keep_array(index_t n) const {
+    return keep_->template allocate_array<T>(static_cast<std::size_t>(n));
+  }
+
+  /// x as a contiguous device view of storage L: x itself when it already is one, otherwise a
+  /// copy rounded once to nearest, kept for the backward when `for_backward` and saving().
+  template <class L, class S, class C>
+  TensorView<const L> as(const TensorView<S, C>& x, bool for_backward) const {
+    if constexpr (std::is_same_v<precis::detail::remove_const_t<S>, L>) {
+      if (x.is_contiguous()) return TensorView<const L>(x.data(), x.shape());
+    }
+    const auto out = (for_backward && saving_) ? keep<L>(x.shape()) : temp<L>(x.shape());
+    copy(x, out);
+    return out.as_const();
+  }
+
+  fp8::gemm_scaling& fp8_gemm(std::string_view name) const {
+    throw invalid_argument("precis::" + std::string(name) + ": fp8 scaling is not on the device backend yet");
+  }
+  template <class F8, class S, class C>
+  TensorView<const F8> cast_fp8(const TensorView<S, C>&, fp8::tensor_scaling<F8>&, float&, bool) const {
+    throw invalid_argument("precis::cuda backend: fp8 casts are not on the device backend yet");
+  }
+
+  /// c = alpha a b (+ c when add) with precis::cuda::gemm, accumulating in Acc (by default c's
+  /// own type, as op::cpu) and rounding once into c.
+  template <class Acc = void, class G, class SA, class CA, class SB, class CB>
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
+    using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
+    if (take_fresh(c)) add = false;
+    precis::cuda::gemm_options opt;
+    opt.stream = stream_;
+    precis::cuda::gemm<A>(static_cast<A>(alpha), precis::cuda::device_view(a), precis::cuda::device_view(b), add ? A(1) : A(0),
+                          precis::cuda::device_view(c), precis::cuda::epilogue<float>{}, opt);
+  }
+
+  /// y = f(x...) element-wise on the device (precis::cuda::map_into).
+  template <class A, class Y, class F, class... X>
+  void map_into(const char* op, const Y& y, F f, const X&... x) const {
+    precis::cuda::map_into<A>(stream_, op, precis::cuda::device_view(y), f, precis::cuda::device_view(x)...);
+  }
+
+  /// to = the sum of `from` over to's broadcast axes (precis::cuda::sum_into, in T).
+  template <class T>
+  void sum_to_shape(const TensorView<T>& to, const TensorView<const T>& from) const {
+    precis::cuda::sum_into<T>(stream_, "precis::sum_to_shape", precis::cuda::device_view(to), precis::cuda::device_view(from));
+  }
+
+  /// to = from rounded once to nearest into to's storage.
+  template <class S, class C, class D, class DC>
+  void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) const {
+    map_into<default_compute_t<precis::detail::remove_const_t<S>>>("precis::copy", to, precis::detail::identity{}, from);
+  }
+
+  /// to += from (broadcast), in A; a fresh gradient is assigned (see fresh_tracking).
+  template <class A, class D, class S, class C>
+  void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) const {
+    if (take_fresh(to)) {
+      map_into<A>(op, to, precis::detail::identity{}, from);
+      return;
+    }
+    map_into<A>(op, to, add_fn<A>{}, to.as_const(), from);
+  }
+
+  /// gx += f(args...) in A; a fresh gradient is assigned f(args...).
+  template <class A, class G, class F, class... V>
+  void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) const {
+    if (take_fresh(gx)) {
+      map_into<A>(op, gx, assign_fn<A, F>{f}, args...);
+    } else {
+      map_into<A>(op, gx, accumulate_fn<A, F>{f}, TensorView<const G>(gx), args...);
+    }
+  }
+
+  /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).
+  void zero_bytes(void* p, std::size_t n) const {
+    precis::cuda::check(cudaMemsetAsync(p, 0, n, stream_), "precis::op::cuda: cudaMemsetAsync of " + std::to_string(n) + " bytes");
+  }
+
+ private:
+  precis::cuda::DeviceArena* temp_;
+  precis::cuda::DeviceArena* keep_;
+  bool saving_;
+  cudaStream_t stream_;
+};
+
+}  // namespace precis::op

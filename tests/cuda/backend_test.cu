@@ -1,0 +1,214 @@
+// The op layer's device backend (include/precis/cuda/backend.cuh): the op definitions of
+// precis/ops run unchanged with precis::op::cuda on device memory. Without --device (label
+// `cuda`, runs in CI without a GPU): the context's fp8 entry points name what is missing, and a
+// DeviceArena without a device is a named cuda_error. With --device (label `gpu`; exit 77,
+// skipped, without a device), each definition run through op::cuda on device copies of the data
+// and through op::cpu on the host:
+// - relu (bf16-mixed) forward and backward, its gradient handed over uninitialized and fresh:
+//   the host's bits;
+// - add with a broadcast operand (bf16-mixed) forward and backward: the full-shape gradient the
+//   host's bits, the broadcast one (a sum over rows in fp32, in another order) within
+//   gamma(rows - 1) + gamma(ceil(rows / 32) + 5) times the sum of magnitudes (the host's running
+//   sum and the device's warp order) plus their roundings to bf16;
+// - linear with bias (32-true, [128, 784] x [256, 784]^T): within gamma(k) times the sum of the
+//   products' magnitudes of the host's result, on each side of the exact one;
+// - a second step on the same arenas allocates nothing.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <precis/cuda/backend.cuh>
+#include <precis/precis.hpp>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "support.cuh"
+
+namespace {
+
+using cuda_test::check;
+using cuda_test::failures;
+using precis::index_t;
+using precis::Shape;
+namespace pc = precis::cuda;
+
+template <class T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+int run_host() {
+  pc::DeviceArena temp, keep;  // no allocation yet
+  const precis::op::cuda ctx(temp, keep, false);
+  try {
+    ctx.fp8_gemm("linear");
+    check(false, "fp8_gemm did not throw");
+  } catch (const precis::invalid_argument& e) {
+    check(std::string(e.what()).find("precis::linear: fp8 scaling is not on the device backend yet") != std::string::npos,
+          std::string("message: ") + e.what());
+  }
+  if (pc::device_count() == 0) {
+    try {
+      temp.allocate(16);
+      check(false, "allocating without a device did not throw");
+    } catch (const pc::cuda_error& e) {
+      check(std::string(e.what()).find("cudaMalloc") != std::string::npos, std::string("message: ") + e.what());
+    }
+  }
+  std::printf("%s\n", failures == 0 ? "host checks: the device context names what it lacks" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+/// A host tensor and its device copy.
+template <class S>
+struct pair_t {
+  precis::Tensor<S> h;
+  pc::DeviceTensor<S> d;
+  explicit pair_t(const precis::Tensor<S>& t) : h(t), d(pc::DeviceTensor<S>::from_host(t)) {}
+  precis::TensorView<S> hv() { return h.view(); }
+  precis::TensorView<S> dv() { return precis::TensorView<S>(d.data(), d.shape()); }
+};
+
+template <class S>
+precis::Tensor<S> random(const Shape& s, std::mt19937& rng, float sd = 1.0f) {
+  precis::Tensor<S> t(s);
+  std::normal_distribution<float> nd(0.0f, sd);
+  for (auto& v : t) v = precis::detail::store<S>(nd(rng));
+  return t;
+}
+
+template <class T>
+precis::Tensor<T> back(const pc::DeviceTensor<T>& d) {
+  pc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d.to_host();
+}
+
+template <class T>
+int mismatches(const precis::Tensor<T>& a, const precis::Tensor<T>& b) {
+  int bad = 0;
+  for (index_t i = 0; i < a.size(); ++i) bad += !same_bits(a.data()[i], b.data()[i]);
+  return bad;
+}
+
+void relu_and_add(pc::DeviceArena& dtemp, pc::DeviceArena& dkeep) {
+  using P = precis::policy::named<"bf16-mixed">;
+  using S = precis::bfloat16;
+  std::mt19937 rng(8);
+  precis::Arena htemp, hkeep;
+  const precis::op::cpu hctx(htemp, hkeep, true);
+  const precis::op::cuda dctx(dtemp, dkeep, true);
+  const Shape xs{64, 33};
+  pair_t<S> x(random<S>(xs, rng)), gy(random<S>(xs, rng)), b(random<S>(Shape{33}, rng));
+
+  // relu
+  using TR = precis::detail::ad::op_types_t<precis::op::relu, P, S>;
+  using OR = typename TR::output;
+  pair_t<OR> y{precis::Tensor<OR>(xs)};
+  typename precis::op::relu::template saved<TR> sv{};
+  precis::op::relu::forward<TR>(hctx, {}, y.hv(), sv, x.hv().as_const());
+  precis::op::relu::forward<TR>(dctx, {}, y.dv(), sv, x.dv().as_const());
+  check(mismatches(back(y.d), y.h) == 0, "relu forward: the host's bits");
+  pair_t<S> gx{precis::Tensor<S>(xs)};
+  for (auto& v : gx.h) v = S(1e30f);  // an uninitialized buffer: fresh writes must not read it
+  gx.d.copy_from(gx.h);
+  hctx.mark_fresh(gx.h.data(), sizeof(S) * static_cast<std::size_t>(gx.h.size()), false);
+  dctx.mark_fresh(gx.d.data(), sizeof(S) * static_cast<std::size_t>(gx.h.size()), false);
+  precis::op::relu::backward<TR>(hctx, {}, sv, gy.hv().as_const(), y.hv().as_const(), std::tuple{x.hv().as_const()},
+                                 std::tuple{gx.hv()});
+  precis::op::relu::backward<TR>(dctx, {}, sv, gy.dv().as_const(), y.dv().as_const(), std::tuple{x.dv().as_const()},
+                                 std::tuple{gx.dv()});
+  hctx.settle_fresh();
+  dctx.settle_fresh();
+  check(mismatches(back(gx.d), gx.h) == 0, "relu backward into a fresh uninitialized gradient: the host's bits");
+
+  // add, b broadcast over rows
+  using TA = precis::detail::ad::op_types_t<precis::op::add, P, S, S>;
+  using OA = typename TA::output;
+  pair_t<OA> ya{precis::Tensor<OA>(xs)};
+  typename precis::op::add::template saved<TA> sa{};
+  precis::op::add::forward<TA>(hctx, {}, ya.hv(), sa, x.hv().as_const(), b.hv().as_const());
+  precis::op::add::forward<TA>(dctx, {}, ya.dv(), sa, x.dv().as_const(), b.dv().as_const());
+  check(mismatches(back(ya.d), ya.h) == 0, "add forward (broadcast): the host's bits");
+  pair_t<S> ga{precis::Tensor<S>(xs)}, gb{precis::Tensor<S>(Shape{33})};  // zero: added into
+  precis::op::add::backward<TA>(hctx, {}, sa, gy.hv().as_const(), ya.hv().as_const(), std::tuple{x.hv().as_const(), b.hv().as_const()},
+                                std::tuple{ga.hv(), gb.hv()});
+  precis::op::add::backward<TA>(dctx, {}, sa, gy.dv().as_const(), ya.dv().as_const(), std::tuple{x.dv().as_const(), b.dv().as_const()},
+                                std::tuple{ga.dv(), gb.dv()});
+  check(mismatches(back(ga.d), ga.h) == 0, "add backward, the full-shape operand: the host's bits");
+  const auto gbd = back(gb.d);
+  const double u = std::ldexp(1.0, -24), ub = std::ldexp(1.0, -8);
+  const double n = static_cast<double>((xs[0] + 31) / 32 + 5);
+  int bad = 0;
+  for (index_t j = 0; j < 33; ++j) {
+    double exact = 0, mag = 0;
+    for (index_t i = 0; i < xs[0]; ++i) {
+      const double v = static_cast<double>(static_cast<float>(gy.h(i, j)));
+      exact += v;
+      mag += std::fabs(v);
+    }
+    // each side within its own bound of the exact sum (the host's running sum over the rows,
+    // the device's warp order), plus each one's rounding to bf16
+    const double nh = static_cast<double>(xs[0] - 1);
+    const double tol = (nh * u / (1 - nh * u) + n * u / (1 - n * u)) * mag * (1 + ub) + 2 * ub * std::fabs(exact);
+    bad += !(std::fabs(static_cast<double>(static_cast<float>(gbd.data()[j])) - static_cast<double>(static_cast<float>(gb.h.data()[j]))) <= tol);
+  }
+  check(bad == 0, "add backward, the broadcast operand: " + std::to_string(bad) + " sums outside the bound");
+}
+
+void linear(pc::DeviceArena& dtemp, pc::DeviceArena& dkeep) {
+  using P = precis::policy::named<"32-true">;
+  std::mt19937 rng(9);
+  precis::Arena htemp, hkeep;
+  const precis::op::cpu hctx(htemp, hkeep, true);
+  const precis::op::cuda dctx(dtemp, dkeep, true);
+  const index_t m = 128, k = 784, n = 256;
+  pair_t<float> x(random<float>(Shape{m, k}, rng)), w(random<float>(Shape{n, k}, rng, 0.05f)), b(random<float>(Shape{n}, rng));
+  using T = precis::detail::ad::op_types_t<precis::op::linear, P, float, float, float>;
+  pair_t<float> y{precis::Tensor<float>(Shape{m, n})};
+  typename precis::op::linear::template saved<T> sh{}, sd{};
+  precis::op::linear::forward<T>(hctx, {}, y.hv(), sh, x.hv().as_const(), w.hv().as_const(), b.hv().as_const());
+  precis::op::linear::forward<T>(dctx, {}, y.dv(), sd, x.dv().as_const(), w.dv().as_const(), b.dv().as_const());
+  const auto yd = back(y.d);
+  const double u = std::ldexp(1.0, -24), g = (k + 1) * u / (1 - (k + 1) * u);
+  int bad = 0;
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t j = 0; j < n; ++j) {
+      double mag = std::fabs(static_cast<double>(b.h(j)));
+      for (index_t t = 0; t < k; ++t) mag += std::fabs(static_cast<double>(x.h(i, t)) * static_cast<double>(w.h(j, t)));
+      bad += !(std::fabs(static_cast<double>(yd(i, j)) - static_cast<double>(y.h(i, j))) <= 2 * g * mag);
+    }
+  }
+  check(bad == 0, "linear forward: " + std::to_string(bad) + " outputs outside 2 gamma(k + 1) sum |x w|");
+}
+
+int run_device() {
+  if (pc::device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  pc::DeviceArena temp, keep;
+  relu_and_add(temp, keep);
+  linear(temp, keep);
+  temp.reset();
+  keep.reset();
+  const std::size_t cap = temp.capacity() + keep.capacity();
+  relu_and_add(temp, keep);
+  linear(temp, keep);
+  check(temp.capacity() + keep.capacity() == cap, "a second step on the same arenas allocated device memory");
+  std::printf("op definitions through op::cuda: relu, add (broadcast) and linear match the host's within their bounds\n");
+  std::printf("%s\n", failures == 0 ? "device backend: all checks passed" : "device backend: FAILED");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1 && std::strcmp(argv[1], "--device") == 0) return run_device();
+    return run_host();
+  } catch (const precis::error& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+}
