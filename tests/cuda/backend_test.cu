@@ -10,8 +10,9 @@
 //   host's bits, the broadcast one (a sum over rows in fp32, in another order) within
 //   gamma(rows - 1) + gamma(ceil(rows / 32) + 5) times the sum of magnitudes (the host's running
 //   sum and the device's warp order) plus their roundings to bf16;
-// - linear with bias (32-true, [128, 784] x [256, 784]^T): within gamma(k) times the sum of the
-//   products' magnitudes of the host's result, on each side of the exact one;
+// - linear with bias (32-true, [128, 784] x [256, 784]^T), forward and backward: within the
+//   GEMMs' gamma(K) times the sum of the products' magnitudes of the host's results, on each
+//   side of the exact ones, and the bias gradient within the two sums' bounds;
 // - a second step on the same arenas allocates nothing.
 #include <cmath>
 #include <cstdio>
@@ -180,6 +181,36 @@ void linear(pc::DeviceArena& dtemp, pc::DeviceArena& dkeep) {
     }
   }
   check(bad == 0, "linear forward: " + std::to_string(bad) + " outputs outside 2 gamma(k + 1) sum |x w|");
+
+  // backward into zeroed gradients: gx = gy w (n terms), gw = gy^T x (m terms), gb = column sums
+  pair_t<float> gy(random<float>(Shape{m, n}, rng)), gx{precis::Tensor<float>(Shape{m, k})}, gw{precis::Tensor<float>(Shape{n, k})},
+      gb{precis::Tensor<float>(Shape{n})};
+  precis::op::linear::backward<T>(hctx, {}, sh, gy.hv().as_const(), y.hv().as_const(),
+                                  std::tuple{x.hv().as_const(), w.hv().as_const(), b.hv().as_const()}, std::tuple{gx.hv(), gw.hv(), gb.hv()});
+  precis::op::linear::backward<T>(dctx, {}, sd, gy.dv().as_const(), y.dv().as_const(),
+                                  std::tuple{x.dv().as_const(), w.dv().as_const(), b.dv().as_const()}, std::tuple{gx.dv(), gw.dv(), gb.dv()});
+  const auto gxd = back(gx.d), gwd = back(gw.d), gbd = back(gb.d);
+  const auto gam = [&](double terms) { return terms * u / (1 - terms * u); };
+  int bx = 0, bw = 0, bb = 0;
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t t = 0; t < k; ++t) {
+      double mag = 0;
+      for (index_t j = 0; j < n; ++j) mag += std::fabs(static_cast<double>(gy.h(i, j)) * static_cast<double>(w.h(j, t)));
+      bx += !(std::fabs(static_cast<double>(gxd(i, t)) - static_cast<double>(gx.h(i, t))) <= 2 * gam(n) * mag);
+    }
+  }
+  for (index_t j = 0; j < n; ++j) {
+    for (index_t t = 0; t < k; ++t) {
+      double mag = 0;
+      for (index_t i = 0; i < m; ++i) mag += std::fabs(static_cast<double>(gy.h(i, j)) * static_cast<double>(x.h(i, t)));
+      bw += !(std::fabs(static_cast<double>(gwd(j, t)) - static_cast<double>(gw.h(j, t))) <= 2 * gam(m) * mag);
+    }
+    double mag = 0;
+    for (index_t i = 0; i < m; ++i) mag += std::fabs(static_cast<double>(gy.h(i, j)));
+    bb += !(std::fabs(static_cast<double>(gbd(j)) - static_cast<double>(gb.h(j))) <= (gam(m - 1) + gam((m + 31) / 32 + 5)) * mag);
+  }
+  check(bx == 0 && bw == 0 && bb == 0, "linear backward: " + std::to_string(bx) + " / " + std::to_string(bw) + " / " + std::to_string(bb) +
+                                            " of dx / dW / db outside their bounds");
 }
 
 int run_device() {

@@ -184,6 +184,13 @@ class cuda : public fresh_tracking<cuda> {
     precis::cuda::sum_into<T>(stream_, "precis::sum_to_shape", precis::cuda::device_view(to), precis::cuda::device_view(from));
   }
 
+  /// col = the column sums of g [rows, cols] in Acc (precis::cuda::sum_into: a warp per
+  /// column, in a fixed order; another order than op::cpu's running sums).
+  template <class Acc, class S, class C>
+  void sum_rows(const TensorView<Acc>& col, const TensorView<S, C>& g) const {
+    precis::cuda::sum_into<Acc>(stream_, "precis::sum_rows", precis::cuda::device_view(col), precis::cuda::device_view(g));
+  }
+
   /// to = from rounded once to nearest into to's storage.
   template <class S, class C, class D, class DC>
   void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) const {

@@ -167,18 +167,9 @@ struct linear : def<policy::safety::low_precision_safe> {
     if constexpr (sizeof...(GX) == 3) {  // from the unscaled gradient
       const auto& gb = std::get<2>(gx);
       if (gb.data() == nullptr) return;
-      // the bias: column sums of g, row by row in Acc
-      const index_t rows = gy.shape()[0], cols = gy.shape()[1];
-      const auto col = ctx.template zeros<Acc>(Shape{cols});
-      std::array<Acc, detail::chunk> buf;
-      for (index_t i = 0; i < rows; ++i) {
-        for (index_t c0 = 0; c0 < cols; c0 += detail::chunk) {
-          const index_t len = std::min(detail::chunk, cols - c0);
-          const Acc* v = detail::load_run<Acc>(gy.data() + i * gy.strides()[0] + c0 * gy.strides()[1], len,
-                                               gy.strides()[1], buf.data());
-          for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
-        }
-      }
+      // the bias: column sums of g in Acc
+      const auto col = ctx.template temp<Acc>(Shape{gy.shape()[1]});
+      ctx.sum_rows(col, gy);
       ctx.template add_into<default_compute_t<Acc>>("precis::linear", gb, col.as_const());
     }
   }

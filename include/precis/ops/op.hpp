@@ -334,6 +334,22 @@ class cpu : public fresh_tracking<cpu> {
     detail::ad::sum_to_shape(to, from);
   }
 
+  /// col = the column sums of the matrix g [rows, cols], in Acc (col's type), row by row: each
+  /// column a running sum in row order, the rows widened a chunk at a time.
+  template <class Acc, class S, class C>
+  void sum_rows(const TensorView<Acc>& col, const TensorView<S, C>& g) const {
+    const index_t rows = g.shape()[0], cols = g.shape()[1];
+    std::fill_n(col.data(), cols, Acc(0));
+    std::array<Acc, detail::chunk> buf;
+    for (index_t i = 0; i < rows; ++i) {
+      for (index_t c0 = 0; c0 < cols; c0 += detail::chunk) {
+        const index_t len = std::min(detail::chunk, cols - c0);
+        const Acc* v = detail::load_run<Acc>(g.data() + i * g.strides()[0] + c0 * g.strides()[1], len, g.strides()[1], buf.data());
+        for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
+      }
+    }
+  }
+
   /// n zero bytes at p (fresh_tracking's zeroing).
   static void zero_bytes(void* p, std::size_t n) noexcept { std::memset(p, 0, n); }
 
