@@ -10,22 +10,26 @@
 //   tape.backward(loss, /*seed = loss scale*/ 1024);
 //   tape.reset();                                 // next step: same memory, no allocation
 //
-// Memory: values, gradients and saved tensors live in an Arena that reset() rewinds; nodes and
-// slots live in vectors whose capacity survives reset(). A step of the same shapes as an
-// earlier one allocates nothing. A Tape must outlive the Vars it hands out.
+// Memory: values, gradients and saved tensors live in the backend's arena (backend_t<P>: host
+// memory by default, precis/ops/cpu.hpp), which reset() rewinds; the ops' recorded state in a
+// host arena beside it; nodes and slots in vectors whose capacity survives reset(). A step of
+// the same shapes as an earlier one allocates nothing. A Tape must outlive the Vars it hands
+// out. The tape itself touches value and gradient memory only through its backend, so on a
+// backend whose memory the host cannot read (a GPU's) the same code records and differentiates.
 #pragma once
 
 #include "precis/config.hpp"
 
 #include <array>
 #include <cstdint>
-#include <cstring>
+#include <utility>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "precis/autodiff/arena.hpp"
 #include "precis/error.hpp"
+#include "precis/ops/cpu.hpp"
 #include "precis/policy/policies.hpp"
 #include "precis/tensor/all.hpp"
 
@@ -51,13 +55,6 @@ fp8_state_t<P> make_fp8_state() {
   else return {};
 }
 
-/// The element-wise copy functor (map_into rounds once into the destination's storage).
-struct identity {
-  template <class T>
-  PRECIS_HOST_DEVICE T operator()(const T& a) const {
-    return a;
-  }
-};
 }  // namespace detail
 
 /// A precision policy (policy::true_, mixed, fp8_mixed, strict, or a user's own): what a tape
@@ -122,7 +119,7 @@ class Var {
       throw shape_error("precis::Var::item: value of shape " + v.shape().str() + " has " + std::to_string(v.size()) +
                         " elements; expected exactly one");
     }
-    return static_cast<double>(detail::load<double>(detail::load<default_compute_t<S>>(*v.data())));
+    return static_cast<double>(detail::load<double>(detail::load<default_compute_t<S>>(tape().backend().read(v.data()))));
   }
   /// True when this handle refers to a value of the tape's current step.
   bool valid() const noexcept { return tape_ != nullptr && tape_->generation() == gen_; }
@@ -157,6 +154,9 @@ class Tape {
   template <class S>
   using var = Var<P, S>;
   using param_type = typename P::param_type;
+  /// Where the values live and what runs the ops (precis/ops/cpu.hpp).
+  using backend_type = backend_t<P>;
+  using arena_type = typename backend_type::arena_type;
 
   /// A recorded value: where it lives, its shape and strides (views share their base's memory)
   /// and its gradient buffer (null until a gradient reaches it).
@@ -184,7 +184,12 @@ class Tape {
   };
 
   /// `arena_bytes` reserves the arena up front (otherwise it grows during the first step).
-  explicit Tape(std::size_t arena_bytes = 0) : arena_(arena_bytes), fp8_(detail::make_fp8_state<P>()) {
+  /// `backend`: the backend's settings (a device backend's stream).
+  explicit Tape(std::size_t arena_bytes = 0, backend_type backend = {})
+      : backend_(std::move(backend)),
+        arena_(backend_.make_arena(arena_bytes)),
+        scratch_(backend_.make_arena(0)),
+        fp8_(detail::make_fp8_state<P>()) {
     slots_.reserve(256);
     nodes_.reserve(256);
   }
@@ -221,18 +226,20 @@ class Tape {
     return param(p.value.view(), p.grad.view());
   }
 
-  /// An input, copied into the arena (the caller's buffer may change afterwards). With
-  /// requires_grad its gradient is computed (e.g. for saliency or gradient checking).
+  /// An input in host memory, copied into the arena (the caller's buffer may change
+  /// afterwards; on a device backend this is the upload). With requires_grad its gradient is
+  /// computed (e.g. for saliency or gradient checking).
   template <tensor_like X>
   Var<P, storage_of<X>> input(const X& x, bool requires_grad = false) {
     using S = storage_of<X>;
     const auto v = as_view(x);
     auto out = make<S>(v.shape(), requires_grad);
-    copy_into(v, value_view<S>(out.id()));
+    backend_.upload(v, value_view<S>(out.id()));
     return out;
   }
-  /// An input read in place, without a copy: the caller's tensor must stay alive and unchanged
-  /// until the step is reset. For large batches whose copy would cost memory.
+  /// An input read in place, without a copy: the caller's tensor (in the backend's memory) must
+  /// stay alive and unchanged until the step is reset. For large batches whose copy would cost
+  /// memory.
   template <class S, class C>
   Var<P, detail::remove_const_t<S>> borrow(const TensorView<S, C>& x) {
     using V = detail::remove_const_t<S>;
@@ -248,8 +255,7 @@ class Tape {
   Var<P, S> full(const Shape& shape, double value) {
     auto out = make<S>(shape, false);
     const S v = detail::store<S>(detail::load<default_compute_t<S>>(value));
-    auto view = value_view<S>(out.id());
-    std::fill_n(view.data(), view.size(), v);
+    backend_.fill(value_view<S>(out.id()).data(), static_cast<std::size_t>(shape.numel()), v);
     return out;
   }
   /// The same value, cut off from the graph: no gradient flows through it.
@@ -292,10 +298,12 @@ class Tape {
     }
     using G = grad_storage_t<P, S>;
     begin_backward(loss);
-    *grad_view<G>(loss.id()).data() = detail::store<G>(detail::load<default_compute_t<G>>(seed));
+    backend_.fill(grad_view<G>(loss.id()).data(), 1, detail::store<G>(detail::load<default_compute_t<G>>(seed)));
     sweep(retain_graph);
   }
-  /// Differentiates y with the seed tensor `seed` (y's shape): a vector-Jacobian product.
+  /// Differentiates y with the seed tensor `seed` (y's shape, in the backend's memory: on a
+  /// device backend a device view, such as a loss scale the device keeps): a vector-Jacobian
+  /// product.
   template <class S, tensor_like Seed>
   void backward(const Var<P, S>& y, const Seed& seed, bool retain_graph = false) {
     check(y, "precis::Tape::backward");
@@ -305,7 +313,8 @@ class Tape {
     }
     using G = grad_storage_t<P, S>;
     begin_backward(y);
-    map_into<default_compute_t<G>>("precis::Tape::backward", grad_view<G>(y.id()), detail::identity{}, as_view(seed));
+    context(false).template map_into<default_compute_t<G>>("precis::Tape::backward", grad_view<G>(y.id()), detail::identity{},
+                                                          as_view(seed));
     sweep(retain_graph);
   }
 
@@ -330,6 +339,7 @@ class Tape {
     slots_.clear();
     arena_.reset();
     scratch_.reset();
+    state_.reset();
     ++gen_;
     differentiated_ = false;
   }
@@ -339,8 +349,13 @@ class Tape {
   std::uint64_t generation() const noexcept { return gen_; }
   std::size_t nodes() const noexcept { return nodes_.size(); }
   std::size_t values() const noexcept { return slots_.size(); }
-  const Arena& arena() const noexcept { return arena_; }
-  const Arena& scratch_arena() const noexcept { return scratch_; }
+  /// The step's values, gradients and saved tensors (the backend's memory).
+  const arena_type& arena() const noexcept { return arena_; }
+  /// One op's temporaries (the backend's memory).
+  const arena_type& scratch_arena() const noexcept { return scratch_; }
+  /// The ops' recorded state (attributes, input ids, what the forward saved): host memory.
+  const Arena& state_arena() const noexcept { return state_; }
+  const backend_type& backend() const noexcept { return backend_; }
 
   // ---- for op implementations (precis/ops/op.hpp) ----------------------------------------------
 
@@ -349,7 +364,7 @@ class Tape {
   template <class S>
   Var<P, S> make(const Shape& shape, bool requires_grad) {
     detail::check_extents(shape, "precis::Tape::make");
-    S* p = arena_.allocate_array<S>(static_cast<std::size_t>(shape.numel()));
+    S* p = arena_.template allocate_array<S>(static_cast<std::size_t>(shape.numel()));
     return Var<P, S>(this, add_slot(p, shape, contiguous_strides(shape), requires_grad && grad_enabled_, true), gen_);
   }
   /// A new value that is a view (shape, strides, element offset) of x's memory.
@@ -375,8 +390,13 @@ class Tape {
     Slot& s = slots_[id];
     if (s.grad == nullptr) {
       const auto n = static_cast<std::size_t>(s.shape.numel());
-      M* g = arena_.allocate_array<M>(n);
-      std::uninitialized_fill_n(g, n, M(0));
+      M* g = arena_.template allocate_array<M>(n);
+      if constexpr (std::is_trivially_copyable_v<M>) {  // the binary formats: +0 is all zero bytes
+        backend_.zero_bytes(g, n * sizeof(M));
+      } else {
+        static_assert(backend_type::host_memory, "precis::Tape: a format without a trivial zero lives in host memory only");
+        std::uninitialized_fill_n(g, n, M(0));
+      }
       s.grad = g;
     }
     return TensorView<G>(static_cast<G*>(s.grad), s.shape, s.contiguous ? s.strides : contiguous_strides(s.shape),
@@ -386,14 +406,24 @@ class Tape {
   /// uninitialized: for a caller that writes every element or zeroes it (op::cpu::mark_fresh).
   template <class G>
   G* new_grad(std::uint32_t id, std::size_t n) {
-    G* g = arena_.allocate_array<G>(n);
+    G* g = arena_.template allocate_array<G>(n);
     slots_[id].grad = g;
     return g;
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
-  Arena& arena() noexcept { return arena_; }
+  arena_type& arena() noexcept { return arena_; }
   /// Memory for one op's temporaries: rewound after every op and every backward node.
-  Arena& scratch() noexcept { return scratch_; }
+  arena_type& scratch() noexcept { return scratch_; }
+  /// Host memory for the ops' recorded state, as long as the step.
+  Arena& state_arena() noexcept { return state_; }
+  backend_type& backend() noexcept { return backend_; }
+  /// An op's context on this tape's memory: temporaries from scratch(), kept memory from
+  /// arena(); `saving` when the forward's saved state will be used.
+  auto context(bool saving) {
+    fp8::scaling_state* f8 = nullptr;
+    if constexpr (policy::fp8_policy<P>) f8 = &fp8_;
+    return backend_.template context<P>(scratch_, arena_, saving, f8);
+  }
   void end_op() { scratch_.reset(); }
 
   template <class S>
@@ -402,36 +432,6 @@ class Tape {
     if (&x.tape() != this) [[unlikely]] {
       throw autodiff_error(std::string(op) + ": this Var was recorded on another tape");
     }
-  }
-
-  /// Copies (and rounds, once, to nearest) a view into another of the same shape.
-  template <class S, class C, class D, class DC>
-  static void copy_into(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
-    if constexpr (std::is_same_v<detail::remove_const_t<S>, D> && std::is_trivially_copyable_v<D>) {
-      if (from.is_contiguous() && to.is_contiguous()) {
-        std::memcpy(to.data(), from.data(), static_cast<std::size_t>(from.size()) * sizeof(D));
-        return;
-      }
-      if (from.shape() == to.shape()) {  // a strided copy of the same format: no conversion
-        detail::check_map("precis::Tape::copy", to, from);
-        detail::strided_loop<2> loop;
-        loop.shape = to.shape();
-        loop.strides = {to.strides(), from.strides()};
-        loop.coalesce();
-        loop.run(0, to.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
-          D* o = to.data() + off[0];
-          const auto* i = from.data() + off[1];
-          if (st[0] == 1 && st[1] == 1) {  // a dense run (a head's features, an attention row)
-            std::memcpy(static_cast<void*>(o), static_cast<const void*>(i), static_cast<std::size_t>(count) * sizeof(D));
-            return;
-          }
-          for (index_t e = 0; e < count; ++e) o[e * st[0]] = i[e * st[1]];
-        });
-        return;
-      }
-    }
-    using A = detail::promote_t<default_compute_t<detail::remove_const_t<S>>, default_compute_t<D>>;
-    map_into<A>("precis::Tape::copy", to, detail::identity{}, from);
   }
 
  private:
@@ -465,8 +465,10 @@ class Tape {
     differentiated_ = !retain_graph;
   }
 
-  Arena arena_;
-  Arena scratch_;
+  backend_type backend_;
+  arena_type arena_;
+  arena_type scratch_;
+  Arena state_;
   std::vector<Slot> slots_;
   std::vector<Node> nodes_;
   std::uint64_t gen_ = 0;

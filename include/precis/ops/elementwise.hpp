@@ -26,6 +26,7 @@ struct add_derivative;
 /// (= g f'(x)), both evaluated in the arithmetic type of the op's compute type.
 template <class Op, policy::safety S, class Fwd, class D>
 struct unary_def : def<S> {
+  static constexpr bool context_only = true;
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   using attrs = typename def<S>::attrs;
   template <class T>
@@ -58,6 +59,7 @@ struct unary_def : def<S> {
 /// the accumulator.
 template <class Op, policy::safety S, class Fwd, class DA, class DB>
 struct binary_def : def<S> {
+  static constexpr bool context_only = true;
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   using attrs = typename def<S>::attrs;
   template <class T>

@@ -48,6 +48,7 @@ namespace precis::op {
 /// through the inverse reordering.
 struct permute : def<policy::safety::neutral> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "permute";
   static constexpr std::string_view reason = "moves no value";
   static constexpr bool is_view = true;
@@ -72,6 +73,7 @@ struct permute : def<policy::safety::neutral> {
 /// are divided by the scales in the accumulator.
 struct matmul : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "matmul";
   static constexpr std::string_view reason =
       "a product of two fp16/bf16/fp8 values is exact in fp32, so the error comes from the accumulator "
@@ -114,6 +116,7 @@ struct matmul : def<policy::safety::low_precision_safe> {
 /// bias gradient is summed from the unscaled output gradient).
 struct linear : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "linear";
   static constexpr std::string_view reason = "x W^T + b: a matmul; the bias is added in the accumulator before the one rounding";
   static constexpr bool scaled_fp8 = true;

@@ -38,12 +38,6 @@ Shape labelled_loss_shape(std::span<const std::int64_t> labels, const Shape& x, 
   return Shape{};
 }
 
-/// The mean of n terms, summed pairwise in Acc.
-template <class Acc>
-Acc mean_of(const Acc* terms, index_t n) {
-  return Acc(detail::sum_fiber<Acc>(terms, n, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(n)));
-}
-
 }  // namespace precis::detail::ad
 
 namespace precis::op {
@@ -53,6 +47,7 @@ namespace precis::op {
 /// into the step's memory when the backward will need them.
 struct cross_entropy : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "cross_entropy";
   static constexpr std::string_view reason = "logsumexp over the classes, then a mean over the batch";
   struct attrs {
@@ -71,40 +66,17 @@ struct cross_entropy : def<policy::safety::needs_wide> {
     using Acc = typename T::accumulator;
     const index_t rows = x.shape()[0];
     Acc* lse = ctx.saving() ? ctx.template keep_array<Acc>(rows) : ctx.template temp<Acc>(Shape{rows}).data();
-    Acc* terms = ctx.template temp<Acc>(Shape{rows}).data();
-    for (index_t i = 0; i < rows; ++i) {
-      const auto r = x.select(0, i);
-      lse[i] = detail::logsumexp_fiber<Acc>(r.data(), r.shape()[0], r.strides()[0], summation::pairwise);
-      terms[i] = Acc(lse[i] - detail::ad::ld<Acc>(r(a.labels[static_cast<std::size_t>(i)])));
-    }
-    *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
+    const std::int64_t* labels = ctx.labels(a.labels, ctx.saving());
+    ctx.template cross_entropy_forward<Acc>("precis::cross_entropy", x, labels, lse, y);
     sv.lse = lse;
-    if (ctx.saving()) {
-      std::int64_t* kept = ctx.template keep_array<std::int64_t>(rows);
-      std::copy(a.labels.begin(), a.labels.end(), kept);
-      sv.labels = kept;
-    }
+    sv.labels = labels;
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>& in, const std::tuple<TensorView<GX>>& gin) {
-    const auto& gx = std::get<0>(gin);
-    if (gx.data() == nullptr) return;
-    using R = typename T::arithmetic;
-    const auto& x = std::get<0>(in);
-    const index_t rows = x.shape()[0], k = x.shape()[1];
-    const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
-    const bool fresh = ctx.take_fresh(gx);  // gx holds zeros: write, do not add
-    for (index_t i = 0; i < rows; ++i) {
-      const R lse = detail::ad::ld<R>(sv.lse[i]);
-      for (index_t j = 0; j < k; ++j) {
-        using std::exp;
-        const R p = exp(R(detail::ad::ld<R>(x(i, j)) - lse));
-        const R d = g * (j == sv.labels[i] ? R(p - R(1)) : p);
-        GX& gij = gx(i, j);
-        gij = detail::store<GX>(fresh ? d : R(detail::ad::ld<R>(gij) + d));
-      }
-    }
+    if (std::get<0>(gin).data() == nullptr) return;
+    ctx.template cross_entropy_backward<typename T::arithmetic>("precis::cross_entropy", gy, std::get<0>(in), sv.labels, sv.lse,
+                                                                std::get<0>(gin));
   }
 };
 

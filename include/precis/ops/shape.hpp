@@ -17,6 +17,7 @@ namespace precis::op {
 template <class Op>
 struct view_def : def<policy::safety::neutral> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr bool is_view = true;
   template <class T, class Ctx, class Attrs, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const Attrs& a, const saved<T>&, const TensorView<const G>& gy,
@@ -80,6 +81,7 @@ struct reshape : view_def<reshape> {
 /// input type; each input's gradient is its slice of the output's.
 struct cat : def<policy::safety::promote> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "cat";
   static constexpr std::string_view reason = "copies: exact in the widest input type";
   struct attrs {
@@ -107,11 +109,11 @@ struct cat : def<policy::safety::promote> {
     return s;
   }
   /// y's slice at `at` along the axis = x; returns the next position.
-  template <class O, class X>
-  static index_t place(const attrs& a, const TensorView<O>& y, index_t at, const TensorView<const X>& x) {
+  template <class Ctx, class O, class X>
+  static index_t place(const Ctx& ctx, const attrs& a, const TensorView<O>& y, index_t at, const TensorView<const X>& x) {
     const int ax = normalize_axis(a.axis, y.rank(), "precis::cat");
     const index_t len = x.shape()[ax];
-    op::cpu::copy(x, y.slice(ax, at, at + len));
+    ctx.copy(x, y.slice(ax, at, at + len));
     return at + len;
   }
   /// gx += gy's slice at `at`; returns the next position.
@@ -122,9 +124,9 @@ struct cat : def<policy::safety::promote> {
     return at + len;
   }
   template <class T, class Ctx, class O, class... X>
-  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>&... x) {
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>&... x) {
     index_t at = 0;
-    ((at = place(a, y, at, x)), ...);
+    ((at = place(ctx, a, y, at, x)), ...);
   }
   template <class T, class Ctx, class G, class O, class... X, class... GX>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -165,7 +167,7 @@ template <class P, class S>
 void cat_backward(Tape<P>& t, const node_t<P>& n) {
   using G = grad_t<P, S>;
   const auto& st = *static_cast<const cat_state*>(n.state);
-  const op::cpu ctx(t.scratch(), t.arena(), false);  // no fresh buffers: every take adds
+  const auto ctx = t.context(false);  // no fresh buffers: every take adds
   const auto gy = t.template grad_view<G>(n.out).as_const();
   const int ax = normalize_axis(st.attrs.axis, gy.rank(), "precis::cat");
   index_t at = 0;
@@ -194,12 +196,15 @@ auto cat(int axis, std::initializer_list<Var<P, S>> xs) {
   }
   auto y = t.template make<S>(shape, needs_grad && t.grad_enabled());
   index_t at = 0;
-  for (const auto& x : xs) at = op::cat::place(a, t.template value_view<S>(y.id()), at, x.value());
+  {
+    const auto ctx = t.context(false);
+    for (const auto& x : xs) at = op::cat::place(ctx, a, t.template value_view<S>(y.id()), at, x.value());
+  }
   if (y.requires_grad()) {
-    auto* ids = t.arena().template allocate_array<std::uint32_t>(xs.size());
+    auto* ids = t.state_arena().template allocate_array<std::uint32_t>(xs.size());
     std::size_t i = 0;
     for (const auto& x : xs) ids[i++] = x.id();
-    auto* st = new (t.arena().allocate(sizeof(detail::ad::cat_state))) detail::ad::cat_state{a, xs.size(), ids};
+    auto* st = new (t.state_arena().allocate(sizeof(detail::ad::cat_state))) detail::ad::cat_state{a, xs.size(), ids};
     typename Tape<P>::Node n{};
     n.backward = &detail::ad::cat_backward<P, S>;
     n.out = y.id();
