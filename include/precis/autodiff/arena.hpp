@@ -2,6 +2,8 @@
 // one training step is carved from it; reset() rewinds it for the next step. When a step
 // needed more than the first block, reset() replaces the blocks by one block big enough for
 // the whole step, so from the second step on a step of the same shape allocates nothing.
+// Blocks come from aligned operator new, or from a block_source the caller names (pinned or
+// huge-page memory, or memory a test watches).
 #pragma once
 
 #include <algorithm>
@@ -13,12 +15,21 @@
 
 namespace precis {
 
+/// Where an Arena's blocks come from: allocate(bytes) returns memory aligned to at least 64
+/// bytes (or throws), release(p, bytes) gives it back. Null members: aligned operator new.
+struct arena_block_source {
+  void* (*allocate)(std::size_t bytes) = nullptr;
+  void (*release)(void* p, std::size_t bytes) noexcept = nullptr;
+};
+
 class Arena {
  public:
   static constexpr std::size_t alignment = 64;
 
+  using block_source = arena_block_source;
+
   Arena() = default;
-  explicit Arena(std::size_t initial_bytes) { reserve(initial_bytes); }
+  explicit Arena(std::size_t initial_bytes, block_source source = {}) : source_(source) { reserve(initial_bytes); }
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   Arena(Arena&&) noexcept = default;
@@ -93,7 +104,12 @@ class Arena {
 
  private:
   struct Free {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{alignment}); }
+    block_source source;
+    std::size_t size = 0;
+    void operator()(std::byte* p) const noexcept {
+      if (source.release != nullptr) source.release(p, size);
+      else ::operator delete(p, std::align_val_t{alignment});
+    }
   };
   struct Block {
     std::unique_ptr<std::byte[], Free> data;
@@ -104,10 +120,13 @@ class Arena {
   static std::size_t round_up(std::size_t n) { return (n + alignment - 1) / alignment * alignment; }
 
   void add_block(std::size_t size) {
-    auto* p = static_cast<std::byte*>(::operator new(size, std::align_val_t{alignment}));
-    blocks_.push_back(Block{std::unique_ptr<std::byte[], Free>(p), size, 0});
+    blocks_.reserve(blocks_.size() + 1);  // before the block exists: nothing to leak if this throws
+    auto* p = static_cast<std::byte*>(source_.allocate != nullptr ? source_.allocate(size)
+                                                                  : ::operator new(size, std::align_val_t{alignment}));
+    blocks_.push_back(Block{std::unique_ptr<std::byte[], Free>(p, Free{source_, size}), size, 0});
   }
 
+  block_source source_;
   std::vector<Block> blocks_;
   std::size_t current_ = 0;
   std::size_t in_use_ = 0;

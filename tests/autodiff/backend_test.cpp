@@ -1,0 +1,374 @@
+// The tape on a backend whose memory the host may not touch. A device backend's values live where
+// host code cannot read them, so the tape and the ops it runs there must reach that memory only
+// through the backend and the op's context. This test gives the tape such a backend on the CPU:
+// op::cpu's arithmetic on memory that is mapped PROT_NONE except while one of the backend's or
+// the context's calls runs. A read or write from anywhere else (the tape, a definition's own
+// loop, the recording machinery) faults; the fault handler names the address and ends the test
+// binary. The results must be the host backend's, bit for bit (the same arithmetic underneath).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <precis/precis.hpp>
+#include <string>
+#include <vector>
+
+using namespace precis;
+namespace pol = precis::policy;
+
+namespace {
+
+// ---- memory that is open only inside the backend ---------------------------------------------
+
+namespace fence {
+
+struct block {
+  void* p;
+  std::size_t bytes;
+};
+std::vector<block>& blocks() {
+  static std::vector<block> b;
+  return b;
+}
+int depth = 0;       // nested openings
+long openings = 0;   // how often the memory was opened (the test checks the fence was used)
+
+std::size_t page() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+std::size_t mapped(std::size_t n) { return (std::max<std::size_t>(n, 1) + page() - 1) / page() * page(); }
+
+void set(int prot) {
+  for (const block& b : blocks()) {
+    if (mprotect(b.p, b.bytes, prot) != 0) {
+      std::perror("mprotect");
+      std::abort();
+    }
+  }
+}
+
+/// While one lives, the fenced memory is readable and writable.
+struct open {
+  open() {
+    if (depth++ == 0) {
+      ++openings;
+      set(PROT_READ | PROT_WRITE);
+    }
+  }
+  ~open() {
+    if (--depth == 0) set(PROT_NONE);
+  }
+  open(const open&) = delete;
+  open& operator=(const open&) = delete;
+};
+
+void* allocate(std::size_t bytes) {
+  const std::size_t n = mapped(bytes);
+  void* p = mmap(nullptr, n, depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  blocks().push_back({p, n});
+  return p;
+}
+void release(void* p, std::size_t) noexcept {
+  auto& b = blocks();
+  const auto it = std::find_if(b.begin(), b.end(), [p](const block& x) { return x.p == p; });
+  if (it != b.end()) {
+    munmap(it->p, it->bytes);
+    b.erase(it);
+  }
+}
+constexpr Arena::block_source source{&allocate, &release};
+
+/// A fault inside fenced memory: name it and end the binary with a failure (a fault elsewhere
+/// is not ours: the default action runs).
+void on_fault(int sig, siginfo_t* info, void*) {
+  for (const block& b : blocks()) {
+    const auto* a = static_cast<const unsigned char*>(info->si_addr);
+    const auto* p = static_cast<const unsigned char*>(b.p);
+    if (a >= p && a < p + b.bytes) {
+      char msg[160];
+      const int n = std::snprintf(msg, sizeof msg,
+                                  "\nFAILED: backend memory touched outside the backend and the op's context (address %p)\n",
+                                  info->si_addr);
+      if (n > 0) (void)!write(2, msg, static_cast<std::size_t>(n));
+      _exit(3);
+    }
+  }
+  signal(sig, SIG_DFL);
+}
+
+/// Installs the fault handler for a test's life.
+struct handler {
+  struct sigaction old_segv {}, old_bus {};
+  handler() {
+    struct sigaction sa {};
+    sa.sa_sigaction = &on_fault;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+  }
+  ~handler() {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+  }
+};
+
+}  // namespace fence
+
+// ---- the fenced backend: op::cpu's arithmetic, every memory access opened ----------------------
+
+/// op::cpu with every member that touches tensor memory run with the memory open.
+class fenced_cpu : public op::cpu {
+ public:
+  explicit fenced_cpu(const op::cpu& c) : op::cpu(c) {}
+
+  template <class T>
+  TensorView<T> zeros(const Shape& s) const {
+    fence::open o;
+    return op::cpu::zeros<T>(s);
+  }
+  template <class L, class S, class C>
+  TensorView<const L> as(const TensorView<S, C>& x, bool for_backward) const {
+    fence::open o;
+    return op::cpu::as<L>(x, for_backward);
+  }
+  template <class F8, class S, class C>
+  TensorView<const F8> cast_fp8(const TensorView<S, C>& x, fp8::tensor_scaling<F8>& ts, float& scale, bool for_backward) const {
+    fence::open o;
+    return op::cpu::cast_fp8(x, ts, scale, for_backward);
+  }
+  template <class Acc = void, class G, class SA, class CA, class SB, class CB>
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
+    fence::open o;
+    op::cpu::gemm<Acc>(c, a, b, add, alpha);
+  }
+  template <class A, class Y, class F, class... X>
+  void map_into(const char* op, const Y& y, F f, const X&... x) const {
+    fence::open o;
+    op::cpu::map_into<A>(op, y, f, x...);
+  }
+  template <class T>
+  void sum_to_shape(const TensorView<T>& to, const TensorView<const T>& from) const {
+    fence::open o;
+    op::cpu::sum_to_shape(to, from);
+  }
+  template <class Acc, class S, class C>
+  void sum_rows(const TensorView<Acc>& col, const TensorView<S, C>& g) const {
+    fence::open o;
+    op::cpu::sum_rows(col, g);
+  }
+  template <class S, class C, class D, class DC>
+  void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) const {
+    fence::open o;
+    op::cpu::copy(from, to);
+  }
+  template <class A, class D, class S, class C>
+  void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) const {
+    fence::open o;
+    op::cpu::add_into<A>(op, to, from);
+  }
+  template <class A, class G, class F, class... V>
+  void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) const {
+    fence::open o;
+    op::cpu::accumulate<A>(op, gx, f, args...);
+  }
+  template <class T, class C>
+  bool take_fresh(const TensorView<T, C>& v) const {
+    fence::open o;
+    return op::cpu::take_fresh(v);
+  }
+  void settle_fresh() const {
+    fence::open o;
+    op::cpu::settle_fresh();
+  }
+  void zero_bytes(void* p, std::size_t n) const {
+    fence::open o;
+    op::cpu::zero_bytes(p, n);
+  }
+  const std::int64_t* labels(std::span<const std::int64_t> l, bool for_backward) const {
+    fence::open o;
+    return op::cpu::labels(l, for_backward);
+  }
+  template <class Acc, class O, class X>
+  void cross_entropy_forward(const char* op, const TensorView<const X>& x, const std::int64_t* labels, Acc* lse, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::cross_entropy_forward<Acc>(op, x, labels, lse, y);
+  }
+  template <class R, class G, class X, class Acc, class GX>
+  void cross_entropy_backward(const char* op, const TensorView<const G>& gy, const TensorView<const X>& x, const std::int64_t* labels,
+                              const Acc* lse, const TensorView<GX>& gx) const {
+    fence::open o;
+    op::cpu::cross_entropy_backward<R>(op, gy, x, labels, lse, gx);
+  }
+};
+
+/// The backend: fenced arenas, fenced_cpu contexts, and the tape's own writes opened.
+struct fenced_backend {
+  using arena_type = Arena;
+  static constexpr bool host_memory = false;
+
+  static Arena make_arena(std::size_t bytes) { return Arena(bytes, fence::source); }
+  template <class P>
+  static fenced_cpu context(Arena& temp, Arena& keep, bool saving, fp8::scaling_state* f8) {
+    return fenced_cpu(backend::host::context<P>(temp, keep, saving, f8));
+  }
+  static void zero_bytes(void* p, std::size_t n) {
+    fence::open o;
+    backend::host::zero_bytes(p, n);
+  }
+  template <class S>
+  static void fill(S* p, std::size_t n, const S& v) {
+    fence::open o;
+    backend::host::fill(p, n, v);
+  }
+  template <class S, class C, class D>
+  static void upload(const TensorView<S, C>& from, const TensorView<D>& to) {
+    fence::open o;
+    backend::host::upload(from, to);
+  }
+  template <class S>
+  static S read(const S* p) {
+    fence::open o;
+    return backend::host::read(p);
+  }
+};
+
+/// P on the fenced backend.
+template <class P>
+struct fenced : P {
+  using backend = fenced_backend;
+};
+
+// ---- a model recorded on either backend --------------------------------------------------------
+
+/// A parameter's value and gradient in a backend's memory (fenced or the host's).
+template <class S, class G>
+struct param {
+  TensorView<S> value;
+  TensorView<G> grad;
+};
+
+template <class T>
+Tensor<T> host_copy(const TensorView<const T>& v) {
+  fence::open o;  // harmless for host memory
+  Tensor<T> t(v.shape());
+  std::copy_n(v.data(), v.size(), t.data());
+  return t;
+}
+
+/// The results of one step: the loss, every parameter's gradient, the input's gradient.
+template <class G, class GX>
+struct step_result {
+  double loss = 0;
+  std::vector<Tensor<G>> grads;
+  Tensor<GX> input_grad;
+};
+
+/// x [8, 12] -> linear 12x16 -> relu -> (+ shift [16], * gate [8, 16]) -> gelu -> matmul [16, 10]
+/// -> cat with itself along the columns, transposed twice -> linear 20x10 -> cross_entropy, two
+/// steps with a reset between (the second reuses the memory), and a vector-Jacobian product
+/// seeded from the backend's memory on the second.
+template <class P>
+auto run_model(Arena& params) {
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  const std::vector<Shape> shapes{{16, 12}, {16}, {16}, {16, 10}, {10, 20}, {10}};
+  std::vector<param<S, G>> ps;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Tensor<S> v(shapes[i]);
+    fill_uniform(v, -0.5, 0.5, 11 + i);
+    const auto n = static_cast<std::size_t>(shapes[i].numel());
+    param<S, G> p{TensorView<S>(params.allocate_array<S>(n), shapes[i]), TensorView<G>(params.allocate_array<G>(n), shapes[i])};
+    backend_t<P>::upload(v.view().as_const(), p.value);
+    backend_t<P>::zero_bytes(p.grad.data(), n * sizeof(G));
+    ps.push_back(p);
+  }
+  Tensor<X> x(Shape{8, 12}), gate(Shape{8, 16});
+  fill_uniform(x, -1.0, 1.0, 3);
+  fill_uniform(gate, 0.5, 1.5, 4);
+  const std::vector<std::int64_t> labels{0, 3, 9, 2, 2, 7, 5, 1};
+
+  using GX = grad_storage_t<P, X>;
+  step_result<G, GX> r;
+  Tape<P> tape;
+  for (int step = 0; step < 2; ++step) {
+    tape.reset();
+    auto xv = tape.input(x, true);
+    auto w1 = tape.param(ps[0].value, ps[0].grad);
+    auto b1 = tape.param(ps[1].value, ps[1].grad);
+    auto shift = tape.param(ps[2].value, ps[2].grad);
+    auto w2 = tape.param(ps[3].value, ps[3].grad);
+    auto w3 = tape.param(ps[4].value, ps[4].grad);
+    auto b3 = tape.param(ps[5].value, ps[5].grad);
+    auto h = relu(linear(xv, w1, b1));
+    h = gelu((h + shift) * tape.input(gate));
+    auto z = matmul(h, w2);
+    auto zz = transpose(transpose(cat(1, {z, z})));
+    auto loss = cross_entropy(linear(zz, w3, b3), labels);
+    if (step == 0) {
+      tape.backward(loss, 8.0);
+      r.loss = loss.item();
+    } else {
+      auto seed = tape.template full<typename decltype(loss)::grad_type>(Shape{}, 4.0);  // in the backend's memory
+      tape.backward(loss, seed.value());
+      r.input_grad = host_copy(xv.grad());
+    }
+  }
+  for (const auto& p : ps) r.grads.push_back(host_copy(p.grad.as_const()));
+  return r;
+}
+
+template <class T>
+bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(T)) == 0;
+}
+
+template <class P>
+void expect_fenced_matches_host() {
+  fence::handler h;
+  Arena host_params, fenced_params(0, fence::source);
+  const auto on_host = run_model<P>(host_params);
+  const long before = fence::openings;
+  const auto fenced_run = run_model<fenced<P>>(fenced_params);
+  EXPECT_GT(fence::openings - before, 50) << "the fenced backend was barely used";
+  EXPECT_EQ(fenced_run.loss, on_host.loss);
+  ASSERT_EQ(fenced_run.grads.size(), on_host.grads.size());
+  for (std::size_t i = 0; i < on_host.grads.size(); ++i) EXPECT_TRUE(same_bits(fenced_run.grads[i], on_host.grads[i])) << "parameter " << i;
+  EXPECT_TRUE(same_bits(fenced_run.input_grad, on_host.input_grad));
+  EXPECT_TRUE(std::isfinite(on_host.loss));
+}
+
+}  // namespace
+
+TEST(Backend, TheTapeAndContextOnlyOpsTouchBackendMemoryOnlyThroughTheBackend32True) {
+  expect_fenced_matches_host<pol::named<"32-true">>();
+}
+TEST(Backend, TheTapeAndContextOnlyOpsTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+  expect_fenced_matches_host<pol::named<"bf16-mixed">>();
+}
+TEST(Backend, TheTapeAndContextOnlyOpsTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+  expect_fenced_matches_host<pol::named<"16-mixed">>();
+}
+TEST(Backend, TheTapeAndContextOnlyOpsTouchBackendMemoryOnlyThroughTheBackend64True) {
+  expect_fenced_matches_host<pol::named<"64-true">>();
+}
+
+// The fence itself: memory of a fenced arena faults when touched outside the backend (so the
+// tests above would catch a stray access).
+TEST(Backend, FencedMemoryFaultsWhenTouchedOutsideTheBackend) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the binary has OpenMP threads
+  EXPECT_EXIT(
+      {
+        fence::handler h;
+        Arena a(0, fence::source);
+        float* p = a.allocate_array<float>(4);
+        *static_cast<volatile float*>(p) = 1.0f;
+      },
+      ::testing::ExitedWithCode(3), "backend memory touched outside the backend");
+}
