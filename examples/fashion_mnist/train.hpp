@@ -392,7 +392,8 @@ result train(const std::string& model, const std::string& name, const data::labe
   net.for_each_parameter([&](auto& p) {
     model_bytes += static_cast<std::size_t>(p.value.size()) * (sizeof(S) + sizeof(typename P::grad_type));
   });
-  r.memory_mib = static_cast<double>(tape.arena().peak_bytes() + tape.scratch_arena().peak_bytes() + model_bytes + opt.state_bytes()) /
+  r.memory_mib = static_cast<double>(tape.arena().peak_bytes() + tape.scratch_arena().peak_bytes() +
+                                     tape.state_arena().peak_bytes() + model_bytes + opt.state_bytes()) /
                  (1024.0 * 1024.0);
 
   if (cl.rank != 0) return r;  // rank 0 evaluates and reports

@@ -13,7 +13,14 @@
 // - linear with bias (32-true, [128, 784] x [256, 784]^T), forward and backward: within the
 //   GEMMs' gamma(K) times the sum of the products' magnitudes of the host's results, on each
 //   side of the exact ones, and the bias gradient within the two sums' bounds;
-// - a second step on the same arenas allocates nothing.
+// - a second step on the same arenas allocates nothing;
+// - a Tape<cuda::on_device<P>> (32-true, bf16-mixed, 16-mixed) records and differentiates a small
+//   model of context-only ops (linear, relu, add, mul, gelu, matmul, cat, transposes,
+//   cross_entropy; the seed a scalar on the first step and a device value on the second) on
+//   device memory: its loss and gradients within a first-order bound of the host tape's (each
+//   value crosses at most 10 roundings into its storage on the way from a parameter to the loss
+//   and back, and every sum, at most 20 terms, may run in another order: 2 (10 u_storage +
+//   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +30,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "support.cuh"
 
@@ -213,6 +221,113 @@ void linear(pc::DeviceArena& dtemp, pc::DeviceArena& dkeep) {
                                             " of dx / dW / db outside their bounds");
 }
 
+/// The model of the fenced-backend test (autodiff/backend_test.cpp) on a tape of policy P, its
+/// parameters in device memory when Device: two steps; the first step's loss, every parameter's
+/// gradient and the input's, and the tape's arena capacity after each step.
+struct model_result {
+  double loss = 0;
+  std::vector<std::vector<double>> grads;
+  std::size_t cap1 = 0, cap2 = 0;
+};
+
+template <class T>
+std::vector<double> as_doubles(const precis::Tensor<T>& t) {
+  std::vector<double> v;
+  for (const auto& x : t) v.push_back(static_cast<double>(precis::detail::load<double>(precis::detail::load<precis::default_compute_t<T>>(x))));
+  return v;
+}
+
+template <class P, bool Device>
+model_result run_model() {
+  using S = typename P::param_type;
+  using G = precis::grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  const std::vector<Shape> shapes{{16, 12}, {16}, {16}, {16, 10}, {10, 20}, {10}};
+  std::vector<precis::Tensor<S>> values;
+  std::vector<precis::Tensor<G>> host_grads;
+  std::vector<pc::DeviceTensor<S>> dvalues;
+  std::vector<pc::DeviceTensor<G>> dgrads;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    precis::Tensor<S> v(shapes[i]);
+    precis::fill_uniform(v, -0.5, 0.5, 11 + i);
+    values.push_back(v);
+    host_grads.emplace_back(shapes[i]);
+    if constexpr (Device) {
+      dvalues.push_back(pc::DeviceTensor<S>::from_host(v));
+      dgrads.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(shapes[i])));
+    }
+  }
+  precis::Tensor<X> x(Shape{8, 12}), gate(Shape{8, 16});
+  precis::fill_uniform(x, -1.0, 1.0, 3);
+  precis::fill_uniform(gate, 0.5, 1.5, 4);
+  const std::vector<std::int64_t> labels{0, 3, 9, 2, 2, 7, 5, 1};
+  using GX = precis::grad_storage_t<P, X>;
+  model_result r;
+  precis::Tape<P> tape;
+  precis::Tensor<GX> input_grad;
+  for (int step = 0; step < 2; ++step) {
+    tape.reset();
+    auto xv = tape.input(x, true);
+    const auto bind = [&](std::size_t i) {
+      if constexpr (Device) {
+        return tape.param(precis::TensorView<S>(dvalues[i].data(), shapes[i]), precis::TensorView<G>(dgrads[i].data(), shapes[i]));
+      } else {
+        return tape.param(values[i].view(), host_grads[i].view());
+      }
+    };
+    auto w1 = bind(0), b1 = bind(1), shift = bind(2), w2 = bind(3), w3 = bind(4), b3 = bind(5);
+    auto h = precis::relu(precis::linear(xv, w1, b1));
+    h = precis::gelu((h + shift) * tape.input(gate));
+    auto z = precis::matmul(h, w2);
+    auto zz = precis::transpose(precis::transpose(precis::cat(1, {z, z})));
+    auto loss = precis::cross_entropy(precis::linear(zz, w3, b3), labels);
+    if (step == 0) {
+      tape.backward(loss, 8.0);
+      r.loss = loss.item();
+      r.cap1 = tape.arena().capacity() + tape.scratch_arena().capacity();
+    } else {
+      auto seed = tape.template full<typename decltype(loss)::grad_type>(Shape{}, 4.0);
+      tape.backward(loss, seed.value());
+      const auto g = xv.grad();
+      input_grad = precis::Tensor<GX>(g.shape());
+      if constexpr (Device) {
+        pc::check(cudaMemcpy(input_grad.data(), g.data(), sizeof(GX) * static_cast<std::size_t>(g.size()), cudaMemcpyDeviceToHost), "copy back");
+      } else {
+        std::copy_n(g.data(), g.size(), input_grad.data());
+      }
+      r.cap2 = tape.arena().capacity() + tape.scratch_arena().capacity();
+    }
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if constexpr (Device) r.grads.push_back(as_doubles(back(dgrads[i])));
+    else r.grads.push_back(as_doubles(host_grads[i]));
+  }
+  r.grads.push_back(as_doubles(input_grad));
+  return r;
+}
+
+template <class P>
+void tape_on_device(const char* name) {
+  using S = typename P::param_type;
+  const auto host = run_model<P, false>();
+  const auto dev = run_model<pc::on_device<P>, true>();
+  const double us = std::max(precis::format_traits<typename P::activation_type>::unit_roundoff(), precis::format_traits<S>::unit_roundoff());
+  const double u = std::ldexp(1.0, -24), g20 = 20 * u / (1 - 20 * u);
+  const double tol = 2 * (10 * us + 2 * g20);
+  check(std::fabs(dev.loss - host.loss) <= tol * std::fabs(host.loss),
+        std::string(name) + " tape on device: loss " + std::to_string(dev.loss) + " vs the host's " + std::to_string(host.loss));
+  for (std::size_t i = 0; i < host.grads.size(); ++i) {
+    double d2 = 0, h2 = 0;
+    for (std::size_t j = 0; j < host.grads[i].size(); ++j) {
+      d2 += (dev.grads[i][j] - host.grads[i][j]) * (dev.grads[i][j] - host.grads[i][j]);
+      h2 += host.grads[i][j] * host.grads[i][j];
+    }
+    check(h2 > 0 && std::sqrt(d2 / h2) <= tol, std::string(name) + " tape on device: gradient " + std::to_string(i) + " differs by " +
+                                                  std::to_string(std::sqrt(d2 / h2)) + " (normwise, relative; bound " + std::to_string(tol) + ")");
+  }
+  check(dev.cap2 == dev.cap1, std::string(name) + " tape on device: the second step allocated device memory");
+}
+
 int run_device() {
   if (pc::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -227,6 +342,10 @@ int run_device() {
   relu_and_add(temp, keep);
   linear(temp, keep);
   check(temp.capacity() + keep.capacity() == cap, "a second step on the same arenas allocated device memory");
+  tape_on_device<precis::policy::named<"32-true">>("32-true");
+  tape_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
+  tape_on_device<precis::policy::named<"16-mixed">>("16-mixed");
+  std::printf("Tape<cuda::on_device<P>>: a model of context-only ops matches the host tape's within its bound\n");
   std::printf("op definitions through op::cuda: relu, add (broadcast) and linear match the host's within their bounds\n");
   std::printf("%s\n", failures == 0 ? "device backend: all checks passed" : "device backend: FAILED");
   return failures == 0 ? 0 : 1;

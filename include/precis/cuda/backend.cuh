@@ -10,12 +10,26 @@
 //
 // TensorViews handed to this context point to device memory and are never dereferenced on the
 // host. What it does not have yet: fp8 scaling (fp8_gemm and cast_fp8 throw).
+//
+// The same context behind a tape: precis::cuda::device_backend, named by the policy wrapper
+// precis::cuda::on_device<P>, puts a Tape's values, gradients and temporaries in device memory
+// and runs its ops (those that declare context_only) on one stream:
+//
+//   using P = precis::cuda::on_device<precis::policy::named<"bf16-mixed">>;
+//   precis::Tape<P> tape;                        // or Tape<P>(bytes, {stream})
+//   auto w = tape.param(w_device_view, gw_device_view);
+//   auto loss = cross_entropy(relu(linear(tape.borrow(x_device_view), w, b)), labels);
+//   tape.backward(loss, precis::TensorView<const double>(opt.device_scale(), precis::Shape{}));
+//                                                 // the loss scale the device keeps: no host sync
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -25,6 +39,7 @@
 #include "precis/cuda/device.cuh"
 #include "precis/cuda/elementwise.cuh"
 #include "precis/cuda/gemm.cuh"
+#include "precis/cuda/loss.cuh"
 #include "precis/cuda/reduce.cuh"
 #include "precis/ops/op.hpp"
 
@@ -217,6 +232,32 @@ class cuda : public fresh_tracking<cuda> {
     }
   }
 
+  /// Class labels (host memory, checked there) copied to device memory: kept for the step when
+  /// `for_backward`, otherwise for the op. The copy from pageable host memory waits for the
+  /// stream (labels already on the device are the way to a step without synchronization).
+  const std::int64_t* labels(std::span<const std::int64_t> l, bool for_backward) const {
+    std::int64_t* p = (for_backward ? keep_ : temp_)->template allocate_array<std::int64_t>(l.size());
+    precis::cuda::check(cudaMemcpyAsync(p, l.data(), l.size_bytes(), cudaMemcpyHostToDevice, stream_),
+                        "precis::op::cuda: copying " + std::to_string(l.size()) + " labels to the device");
+    precis::cuda::check(cudaStreamSynchronize(stream_), "precis::op::cuda: the labels' copy");
+    return p;
+  }
+
+  /// The loss over rows of logits x (precis::cuda::cross_entropy_forward, a warp per row).
+  template <class Acc, class O, class X>
+  void cross_entropy_forward(const char* op, const TensorView<const X>& x, const std::int64_t* labels, Acc* lse, const TensorView<O>& y) const {
+    Acc* terms = temp_->template allocate_array<Acc>(static_cast<std::size_t>(x.shape()[0]));
+    precis::cuda::cross_entropy_forward<Acc>(stream_, op, precis::cuda::device_view(x), labels, lse, terms, precis::cuda::device_view(y));
+  }
+  /// gx (+)= the loss's gradient (precis::cuda::cross_entropy_backward), assigned when fresh.
+  template <class R, class G, class X, class Acc, class GX>
+  void cross_entropy_backward(const char* op, const TensorView<const G>& gy, const TensorView<const X>& x, const std::int64_t* labels,
+                              const Acc* lse, const TensorView<GX>& gx) const {
+    const bool fresh = take_fresh(gx);
+    precis::cuda::cross_entropy_backward<R>(stream_, op, precis::cuda::device_view(gy), precis::cuda::device_view(x), labels, lse,
+                                            precis::cuda::device_view(gx), fresh);
+  }
+
   /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).
   void zero_bytes(void* p, std::size_t n) const {
     precis::cuda::check(cudaMemsetAsync(p, 0, n, stream_), "precis::op::cuda: cudaMemsetAsync of " + std::to_string(n) + " bytes");
@@ -230,3 +271,90 @@ class cuda : public fresh_tracking<cuda> {
 };
 
 }  // namespace precis::op
+
+namespace precis::cuda {
+
+namespace backend_detail {
+
+/// p[0, n) = v, as raw words of v's size (any trivially copyable format of 1, 2, 4 or 8 bytes).
+template <class W>
+__global__ void fill_words(W* p, std::size_t n, W v) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) p[i] = v;
+}
+
+template <std::size_t N>
+using word_t = std::conditional_t<N == 1, std::uint8_t,
+                                  std::conditional_t<N == 2, std::uint16_t, std::conditional_t<N == 4, std::uint32_t, std::uint64_t>>>;
+
+}  // namespace backend_detail
+
+/// A tape's backend on the GPU (precis/ops/cpu.hpp names what a backend gives): values,
+/// gradients and temporaries in DeviceArenas, ops through op::cuda on `stream`. The tape's own
+/// writes are kernels and copies on the stream; item() and input() from host memory wait for it.
+struct device_backend {
+  using arena_type = DeviceArena;
+  static constexpr bool host_memory = false;
+  cudaStream_t stream = nullptr;
+
+  static DeviceArena make_arena(std::size_t bytes) { return bytes > 0 ? DeviceArena(bytes) : DeviceArena(); }
+  template <class P>
+  op::cuda context(DeviceArena& temp, DeviceArena& keep, bool saving, fp8::scaling_state*) const noexcept {
+    static_assert(!policy::fp8_policy<P>, "precis::cuda::device_backend: fp8 scaling is not on the device backend yet");
+    return op::cuda(temp, keep, saving, stream);
+  }
+  void zero_bytes(void* p, std::size_t n) const {
+    check(cudaMemsetAsync(p, 0, n, stream), "precis::cuda::device_backend: cudaMemsetAsync of " + std::to_string(n) + " bytes");
+  }
+  /// n copies of v from device address p (a kernel on the stream: v travels as its argument).
+  template <class S>
+  void fill(S* p, std::size_t n, const S& v) const {
+    static_assert(std::is_trivially_copyable_v<S> && (sizeof(S) == 1 || sizeof(S) == 2 || sizeof(S) == 4 || sizeof(S) == 8),
+                  "precis::cuda::device_backend::fill: a format of 1, 2, 4 or 8 bytes");
+    if (n == 0) return;
+    using W = backend_detail::word_t<sizeof(S)>;
+    W w;
+    std::memcpy(&w, &v, sizeof(S));
+    const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096));
+    backend_detail::fill_words<<<blocks, 256, 0, stream>>>(reinterpret_cast<W*>(p), n, w);
+    check(cudaGetLastError(), "precis::cuda::device_backend::fill: launch");
+  }
+  /// to (device, contiguous) = from (host memory, any strides), rounded once to nearest into to's
+  /// format on the host, then copied; returns when the host buffer has been read (a synchronous
+  /// upload: keep a step's data on the device and borrow() it for steps without one).
+  template <class S, class C, class D>
+  void upload(const TensorView<S, C>& from, const TensorView<D>& to) const {
+    using V = precis::detail::remove_const_t<S>;
+    const D* src = nullptr;
+    Tensor<D> staged;
+    if constexpr (std::is_same_v<V, D>) {
+      if (from.is_contiguous()) src = from.data();
+    }
+    if (src == nullptr) {
+      staged = Tensor<D>::uninitialized(from.shape());
+      precis::detail::copy_view(from, staged.view());
+      src = staged.data();
+    }
+    const std::size_t bytes = static_cast<std::size_t>(to.size()) * sizeof(D);
+    check(cudaMemcpyAsync(to.data(), src, bytes, cudaMemcpyHostToDevice, stream),
+          "precis::cuda::device_backend::upload: cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+    check(cudaStreamSynchronize(stream), "precis::cuda::device_backend::upload");
+  }
+  /// The element at device address p (waits for the stream).
+  template <class S>
+  S read(const S* p) const {
+    S v;
+    check(cudaMemcpyAsync(&v, p, sizeof(S), cudaMemcpyDeviceToHost, stream), "precis::cuda::device_backend::read");
+    check(cudaStreamSynchronize(stream), "precis::cuda::device_backend::read");
+    return v;
+  }
+};
+
+/// Policy P with its tape on the GPU: the same types, device_backend's memory and ops.
+template <class P>
+struct on_device : P {
+  using backend = device_backend;
+  static std::string name() { return P::name() + " on cuda"; }
+};
+
+}  // namespace precis::cuda

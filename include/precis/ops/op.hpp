@@ -12,9 +12,11 @@
 //                                    ADDS each input's gradient contribution into gx_i (an
 //                                    empty view, data() == nullptr, when input i needs none)
 // T is policy::op_types<P, Op, In...>: its compute (the storage format inputs are rounded to),
-// accumulate (what sums run in) and output (the result's storage) types. ctx is the backend:
-// temporary and kept memory, the GEMM, element-wise maps and broadcast sums (op::cpu is today's
-// engine). A view op (permute) defines view(attrs, x) instead of shape/forward.
+// accumulate (what sums run in) and output (the result's storage) types. ctx is the op's
+// context, made by the tape's backend (precis/ops/cpu.hpp): temporary and kept memory, the GEMM,
+// element-wise maps, broadcast sums and copies (op::cpu on the host). A definition that touches
+// tensor memory only through ctx declares context_only = true and runs on every backend. A view
+// op (permute) defines view(attrs, x) instead of shape/forward.
 //
 // The front ends every op file adds, generic over the definition:
 //   conv2d(x, w, opts)                      Var inputs: recorded on their tape
