@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -271,8 +272,8 @@ struct step_result {
 
 /// x [8, 12] -> linear 12x16 -> relu -> (+ shift [16], * gate [8, 16]) -> gelu -> matmul [16, 10]
 /// -> cat with itself along the columns, transposed twice -> linear 20x10 -> cross_entropy, two
-/// steps with a reset between (the second reuses the memory), and a vector-Jacobian product
-/// seeded from the backend's memory on the second.
+/// steps with a reset between (the second reuses the memory): the second seeded from the
+/// backend's memory and its labels borrowed from there.
 template <class P>
 auto run_model(Arena& params) {
   using S = typename P::param_type;
@@ -293,6 +294,13 @@ auto run_model(Arena& params) {
   fill_uniform(x, -1.0, 1.0, 3);
   fill_uniform(gate, 0.5, 1.5, 4);
   const std::vector<std::int64_t> labels{0, 3, 9, 2, 2, 7, 5, 1};
+  // the same labels in the backend's memory, borrowed on the second step
+  auto* kept = params.allocate_array<std::int64_t>(labels.size());
+  {
+    fence::open o;
+    std::copy(labels.begin(), labels.end(), kept);
+  }
+  const borrowed_labels on_backend{std::span<const std::int64_t>(kept, labels.size())};
 
   using GX = grad_storage_t<P, X>;
   step_result<G, GX> r;
@@ -310,7 +318,8 @@ auto run_model(Arena& params) {
     h = gelu((h + shift) * tape.input(gate));
     auto z = matmul(h, w2);
     auto zz = transpose(transpose(cat(1, {z, z})));
-    auto loss = cross_entropy(linear(zz, w3, b3), labels);
+    auto logits = linear(zz, w3, b3);
+    auto loss = step == 0 ? cross_entropy(logits, labels) : cross_entropy(logits, on_backend);
     if (step == 0) {
       tape.backward(loss, 8.0);
       r.loss = loss.item();
@@ -371,4 +380,30 @@ TEST(Backend, FencedMemoryFaultsWhenTouchedOutsideTheBackend) {
         *static_cast<volatile float*>(p) = 1.0f;
       },
       ::testing::ExitedWithCode(3), "backend memory touched outside the backend");
+}
+
+// Borrowed labels are counted, not checked, on the host: one outside [0, classes) gives a NaN
+// loss and NaN gradients in its row only (the device backend's behaviour, on the host too).
+TEST(Backend, BorrowedLabelsAreCountedAndAnOutOfRangeOneGivesNaNInItsRow) {
+  using P = pol::named<"32-true">;
+  Tape<P> tape;
+  Tensor<float> x(Shape{3, 4});
+  fill_uniform(x, -1.0, 1.0, 5);
+  const std::vector<std::int64_t> bad{1, 7, 2};
+  auto xv = tape.input(x, true);
+  auto loss = cross_entropy(xv, borrowed_labels{bad});
+  EXPECT_TRUE(std::isnan(loss.item()));
+  tape.backward(loss);
+  const auto g = xv.grad();
+  for (index_t j = 0; j < 4; ++j) {
+    EXPECT_TRUE(std::isnan(g(1, j)));
+    EXPECT_TRUE(std::isfinite(g(0, j)) && std::isfinite(g(2, j)));  // the other rows: their softmax
+  }
+  const std::vector<std::int64_t> two{1, 2};
+  try {
+    (void)cross_entropy(xv, borrowed_labels{two});
+    ADD_FAILURE() << "two labels for three rows did not throw";
+  } catch (const shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("precis::cross_entropy: logits [3, 4] and 2 borrowed labels"), std::string::npos) << e.what();
+  }
 }

@@ -18,7 +18,8 @@
 //   using P = precis::cuda::on_device<precis::policy::named<"bf16-mixed">>;
 //   precis::Tape<P> tape;                        // or Tape<P>(bytes, {stream})
 //   auto w = tape.param(w_device_view, gw_device_view);
-//   auto loss = cross_entropy(relu(linear(tape.borrow(x_device_view), w, b)), labels);
+//   auto loss = cross_entropy(relu(linear(tape.borrow(x_device_view), w, b)),
+//                             precis::borrowed_labels{labels_device_span});
 //   tape.backward(loss, precis::TensorView<const double>(opt.device_scale(), precis::Shape{}));
 //                                                 // the loss scale the device keeps: no host sync
 #pragma once

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -384,15 +385,17 @@ class cpu : public fresh_tracking<cpu> {
 
   /// y = the mean over rows of logsumexp(x[i, :]) - x[i, labels[i]] for logits x [rows,
   /// classes]: each row's logsumexp in Acc (kept in lse, rows elements, for the backward), the
-  /// terms' mean summed pairwise in Acc and rounded once into y.
+  /// terms' mean summed pairwise in Acc and rounded once into y. A label outside [0, classes)
+  /// makes its row's term NaN (labels borrowed from the backend's memory are not checked).
   template <class Acc, class O, class X>
   void cross_entropy_forward(const char*, const TensorView<const X>& x, const std::int64_t* labels, Acc* lse, const TensorView<O>& y) const {
-    const index_t rows = x.shape()[0];
+    const index_t rows = x.shape()[0], k = x.shape()[1];
     Acc* terms = temp_->template allocate_array<Acc>(static_cast<std::size_t>(rows));
     for (index_t i = 0; i < rows; ++i) {
       const auto r = x.select(0, i);
+      const std::int64_t c = labels[i];
       lse[i] = detail::logsumexp_fiber<Acc>(r.data(), r.shape()[0], r.strides()[0], summation::pairwise);
-      terms[i] = Acc(lse[i] - detail::ad::ld<Acc>(r(labels[i])));
+      terms[i] = c >= 0 && c < k ? Acc(lse[i] - detail::ad::ld<Acc>(r(c))) : Acc(std::numeric_limits<double>::quiet_NaN());
     }
     *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
   }
@@ -409,7 +412,8 @@ class cpu : public fresh_tracking<cpu> {
       for (index_t j = 0; j < k; ++j) {
         using std::exp;
         const R p = exp(R(detail::ad::ld<R>(x(i, j)) - l));
-        const R d = g * (j == labels[i] ? R(p - R(1)) : p);
+        const bool valid = labels[i] >= 0 && labels[i] < k;  // borrowed labels are not checked
+        const R d = valid ? R(g * (j == labels[i] ? R(p - R(1)) : p)) : R(std::numeric_limits<double>::quiet_NaN());
         GX& gij = gx(i, j);
         gij = detail::store<GX>(fresh ? d : R(detail::ad::ld<R>(gij) + d));
       }

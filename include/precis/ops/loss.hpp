@@ -43,8 +43,10 @@ Shape labelled_loss_shape(std::span<const std::int64_t> labels, const Shape& x, 
 namespace precis::op {
 
 /// Mean over rows of -log softmax(logits)[row, label]: fused and stable (a log-sum-exp per row
-/// in the accumulator, kept); the backward recomputes softmax from it. The labels are copied
-/// into the step's memory when the backward will need them.
+/// in the accumulator, kept); the backward recomputes softmax from it. Labels in host memory are
+/// checked and copied into the step's memory; borrowed labels (already in the tape's backend
+/// memory) are read in place and only counted: a label outside [0, classes) there gives a NaN
+/// loss and NaN gradients in its row.
 struct cross_entropy : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr bool context_only = true;
@@ -52,6 +54,7 @@ struct cross_entropy : def<policy::safety::needs_wide> {
   static constexpr std::string_view reason = "logsumexp over the classes, then a mean over the batch";
   struct attrs {
     std::span<const std::int64_t> labels;
+    bool borrowed = false;  // the labels are in the backend's memory
   };
   template <class T>
   struct saved {
@@ -59,14 +62,21 @@ struct cross_entropy : def<policy::safety::needs_wide> {
     const typename T::accumulator* lse = nullptr;
   };
 
-  static Shape shape(const attrs& a, const Shape& x) { return detail::ad::labelled_loss_shape<cross_entropy>(a.labels, x, "logits"); }
+  static Shape shape(const attrs& a, const Shape& x) {
+    if (!a.borrowed) return detail::ad::labelled_loss_shape<cross_entropy>(a.labels, x, "logits");
+    if (x.rank() != 2 || static_cast<index_t>(a.labels.size()) != x[0]) {
+      throw shape_error("precis::cross_entropy: logits " + x.str() + " and " + std::to_string(a.labels.size()) +
+                        " borrowed labels; expected [batch, classes] and one label per row");
+    }
+    return Shape{};
+  }
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
     using Acc = typename T::accumulator;
     const index_t rows = x.shape()[0];
     Acc* lse = ctx.saving() ? ctx.template keep_array<Acc>(rows) : ctx.template temp<Acc>(Shape{rows}).data();
-    const std::int64_t* labels = ctx.labels(a.labels, ctx.saving());
+    const std::int64_t* labels = a.borrowed ? a.labels.data() : ctx.labels(a.labels, ctx.saving());
     ctx.template cross_entropy_forward<Acc>("precis::cross_entropy", x, labels, lse, y);
     sv.lse = lse;
     sv.labels = labels;
@@ -165,10 +175,21 @@ struct mse : def<policy::safety::needs_wide> {
 
 namespace precis {
 
+/// Class labels in a tape's backend memory (a device array on a GPU tape), read in place by
+/// cross_entropy: not checked on the host, and they must stay unchanged until the step is reset.
+struct borrowed_labels {
+  std::span<const std::int64_t> labels;
+};
+
 /// Mean over rows of -log softmax(logits)[row, label] (op::cross_entropy).
 template <class P, class S>
 auto cross_entropy(const Var<P, S>& logits, std::span<const std::int64_t> labels) {
   return record<op::cross_entropy>({labels}, logits);
+}
+/// The same with labels the backend holds (a label outside [0, classes) gives NaN in its row).
+template <class P, class S>
+auto cross_entropy(const Var<P, S>& logits, borrowed_labels labels) {
+  return record<op::cross_entropy>({labels.labels, true}, logits);
 }
 /// Mean over rows of -logp[row, label] (op::nll).
 template <class P, class S>

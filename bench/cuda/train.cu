@@ -1,0 +1,158 @@
+// precis's training step on the GPU: a Tape<cuda::on_device<P>> records the forward of an MLP
+// (linear + relu, cross-entropy) on device memory, differentiates it seeded with the device's
+// loss scale, and precis::cuda::MixedPrecisionOptimizer (SGD, momentum 0.9, lr 0.01) takes the
+// step; zero_grad after it. The demo's MLP 784-256-128-10 at batch 128 and 4096 and the wide
+// MLP 4096-4096-4096-10 at batch 8192, under 32-true, bf16-mixed and 16-mixed (dynamic loss
+// scaling). bench/cuda/torch_train_baseline.py times PyTorch eager on the same models, data
+// shapes, optimizer and policies: run both in one session on one GPU and compare.
+//
+// A step's time: wall-clock time over `reps` steps back to back, then a stream synchronization,
+// divided by `reps` (the torch baseline's method), the median of 5 runs after 10 warm-up steps.
+// The batch and its labels stay on the device (borrowed), as the torch baseline's do, and the
+// seed is the optimizer's loss scale in device memory: a step enqueues its work and waits for
+// nothing.
+//
+//   bench_cuda_train [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <precis/cuda/backend.cuh>
+#include <precis/cuda/optim.cuh>
+#include <precis/nn/nn.hpp>
+#include <precis/optim/all.hpp>
+#include <precis/precis.hpp>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using precis::index_t;
+using precis::Shape;
+using precis::cuda::check;
+namespace pc = precis::cuda;
+
+template <class P>
+double step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream_t stream, int reps) {
+  using S = typename P::param_type;
+  using G = precis::grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using D = pc::on_device<P>;
+  using Opt = pc::MixedPrecisionOptimizer<P, precis::optim::SGD>;
+  const std::size_t layers = widths.size() - 1;
+  std::vector<pc::DeviceTensor<S>> w, b;
+  std::vector<pc::DeviceTensor<G>> gw, gb;
+  std::vector<typename Opt::parameter> list;
+  for (std::size_t l = 0; l < layers; ++l) {
+    precis::Tensor<S> wh(Shape{widths[l + 1], widths[l]}), bh(Shape{widths[l + 1]});
+    precis::nn::kaiming_uniform(wh.view(), widths[l], 1 + l);
+    w.push_back(pc::DeviceTensor<S>::from_host(wh));
+    b.push_back(pc::DeviceTensor<S>::from_host(bh));
+    gw.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(wh.shape())));
+    gb.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(bh.shape())));
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    list.push_back({"w" + std::to_string(l), w[l].view(), gw[l].view()});
+    list.push_back({"b" + std::to_string(l), b[l].view(), gb[l].view()});
+  }
+  precis::optim::SGD sgd;
+  sgd.lr = 0.01;
+  sgd.momentum = 0.9;
+  Opt opt(list, sgd, typename Opt::options{.stream = stream});
+
+  precis::Tensor<X> xh(Shape{batch, widths[0]});
+  precis::fill_uniform(xh, -1.0, 1.0, 7);
+  const auto x = pc::DeviceTensor<X>::from_host(xh);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+  std::mt19937 rng(3);
+  for (auto& c : labels) c = static_cast<std::int64_t>(rng() % static_cast<unsigned>(widths.back()));
+  pc::device_buffer<std::int64_t> dlabels(labels.size());
+  check(cudaMemcpy(dlabels.data(), labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice), "labels");
+  const precis::borrowed_labels on_device{std::span<const std::int64_t>(dlabels.data(), labels.size())};
+
+  precis::Tape<D> tape(0, pc::device_backend{stream});
+  const precis::TensorView<const double> seed(opt.device_scale(), Shape{});
+  const auto step = [&] {
+    tape.reset();
+    auto h = tape.borrow(precis::TensorView<const X>(x.data(), x.shape()));
+    precis::Var<D, X> out;
+    for (std::size_t l = 0; l < layers; ++l) {
+      auto wl = tape.param(precis::TensorView<S>(w[l].data(), w[l].shape()), precis::TensorView<G>(gw[l].data(), gw[l].shape()));
+      auto bl = tape.param(precis::TensorView<S>(b[l].data(), b[l].shape()), precis::TensorView<G>(gb[l].data(), gb[l].shape()));
+      auto z = precis::linear(l == 0 ? h : out, wl, bl);
+      out = l + 1 < layers ? precis::relu(z) : z;
+    }
+    auto loss = precis::cross_entropy(out, on_device);
+    tape.backward(loss, seed);
+    opt.step();
+    opt.zero_grad();
+  };
+  for (int i = 0; i < 10; ++i) step();
+  check(cudaStreamSynchronize(stream), "sync");
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) step();
+    check(cudaStreamSynchronize(stream), "sync");
+    runs.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
+  }
+  std::nth_element(runs.begin(), runs.begin() + 2, runs.end());
+  const auto st = opt.read_status();
+  if (!std::isfinite(st.grad_norm) || st.updates == 0) {
+    throw precis::error("bench_cuda_train: no update was applied (gradient norm " + std::to_string(st.grad_norm) + ")");
+  }
+  return runs[2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (pc::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    std::printf("%s, sm_%d%d, %d SMs, driver %d\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, driver);
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    std::printf("| model | batch | policy | precis step (us) |\n|---|---|---|---|\n");
+    const std::vector<index_t> small{784, 256, 128, 10}, wide{4096, 4096, 4096, 10};
+    const std::vector<std::pair<std::vector<index_t>, index_t>> cases{{small, 128}, {small, 4096}, {wide, 8192}};
+    for (const auto& [widths, batch] : cases) {
+      if (quick && batch != 128) break;
+      const int reps = quick ? 5 : (widths == wide ? 20 : 200);
+      std::string name = "MLP";
+      for (std::size_t i = 0; i < widths.size(); ++i) name += (i ? "-" : " ") + std::to_string(widths[i]);
+      const auto row = [&](const char* policy, double us) {
+        std::printf("| %s | %lld | %s | %.1f |\n", name.c_str(), static_cast<long long>(batch), policy, us);
+      };
+      row("32-true", step_time_us<precis::policy::named<"32-true">>(widths, batch, stream, reps));
+      row("bf16-mixed", step_time_us<precis::policy::named<"bf16-mixed">>(widths, batch, stream, reps));
+      row("16-mixed", step_time_us<precis::policy::named<"16-mixed">>(widths, batch, stream, reps));
+    }
+    cudaStreamDestroy(stream);
+  } catch (const precis::error& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
