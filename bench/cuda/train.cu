@@ -7,7 +7,9 @@
 // shapes, optimizer and policies: run both in one session on one GPU and compare.
 //
 // A step's time: wall-clock time over `reps` steps back to back, then a stream synchronization,
-// divided by `reps` (the torch baseline's method), the median of 5 runs after 10 warm-up steps.
+// divided by `reps` (the torch baseline's method), the median of 5 runs after 10 warm-up steps;
+// and the same step captured once into a CUDA graph (cudaStreamCaptureModeGlobal, which refuses
+// any synchronizing call) and replayed.
 // The batch and its labels stay on the device (borrowed), as the torch baseline's do, and the
 // seed is the optimizer's loss scale in device memory: a step enqueues its work and waits for
 // nothing.
@@ -38,8 +40,27 @@ using precis::Shape;
 using precis::cuda::check;
 namespace pc = precis::cuda;
 
+struct times {
+  double eager = 0, graphed = 0;
+};
+
+/// The median of 5 runs of `reps` calls of f, each run ended by a stream synchronization, in
+/// microseconds per call.
+template <class F>
+double per_call_us(F&& f, cudaStream_t stream, int reps) {
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    check(cudaStreamSynchronize(stream), "sync");
+    runs.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
+  }
+  std::nth_element(runs.begin(), runs.begin() + 2, runs.end());
+  return runs[2];
+}
+
 template <class P>
-double step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream_t stream, int reps) {
+times step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream_t stream, int reps) {
   using S = typename P::param_type;
   using G = precis::grad_storage_t<P, S>;
   using X = typename P::activation_type;
@@ -95,19 +116,23 @@ double step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStrea
   };
   for (int i = 0; i < 10; ++i) step();
   check(cudaStreamSynchronize(stream), "sync");
-  std::vector<double> runs;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) step();
-    check(cudaStreamSynchronize(stream), "sync");
-    runs.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps);
-  }
-  std::nth_element(runs.begin(), runs.begin() + 2, runs.end());
+  times t;
+  t.eager = per_call_us(step, stream, reps);
+  // the same step captured once and replayed (the arenas hand out the same memory every step)
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  step();
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  t.graphed = per_call_us([&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, stream, reps);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   const auto st = opt.read_status();
   if (!std::isfinite(st.grad_norm) || st.updates == 0) {
     throw precis::error("bench_cuda_train: no update was applied (gradient norm " + std::to_string(st.grad_norm) + ")");
   }
-  return runs[2];
+  return t;
 }
 
 }  // namespace
@@ -134,7 +159,7 @@ int main(int argc, char** argv) {
     std::printf("%s, sm_%d%d, %d SMs, driver %d\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount, driver);
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    std::printf("| model | batch | policy | precis step (us) |\n|---|---|---|---|\n");
+    std::printf("| model | batch | policy | precis step (us) | replayed from a CUDA graph (us) |\n|---|---|---|---|---|\n");
     const std::vector<index_t> small{784, 256, 128, 10}, wide{4096, 4096, 4096, 10};
     const std::vector<std::pair<std::vector<index_t>, index_t>> cases{{small, 128}, {small, 4096}, {wide, 8192}};
     for (const auto& [widths, batch] : cases) {
@@ -142,8 +167,8 @@ int main(int argc, char** argv) {
       const int reps = quick ? 5 : (widths == wide ? 20 : 200);
       std::string name = "MLP";
       for (std::size_t i = 0; i < widths.size(); ++i) name += (i ? "-" : " ") + std::to_string(widths[i]);
-      const auto row = [&](const char* policy, double us) {
-        std::printf("| %s | %lld | %s | %.1f |\n", name.c_str(), static_cast<long long>(batch), policy, us);
+      const auto row = [&](const char* policy, times t) {
+        std::printf("| %s | %lld | %s | %.1f | %.1f |\n", name.c_str(), static_cast<long long>(batch), policy, t.eager, t.graphed);
       };
       row("32-true", step_time_us<precis::policy::named<"32-true">>(widths, batch, stream, reps));
       row("bf16-mixed", step_time_us<precis::policy::named<"bf16-mixed">>(widths, batch, stream, reps));

@@ -20,12 +20,18 @@
 //   device memory: its loss and gradients within a first-order bound of the host tape's (each
 //   value crosses at most 10 roundings into its storage on the way from a parameter to the loss
 //   and back, and every sum, at most 20 terms, may run in another order: 2 (10 u_storage +
-//   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory.
+//   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory;
+// - a whole training step (tape.reset, the forward of an MLP with borrowed batch and labels, the
+//   backward seeded with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
+//   into a CUDA graph in cudaStreamCaptureModeGlobal, which fails on any synchronizing call, so
+//   the step has none; three replays leave the parameters, the loss scale and the update count
+//   with the bits of three more eager steps (bf16-mixed, and 16-mixed with its dynamic scale).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <precis/cuda/backend.cuh>
+#include <precis/cuda/optim.cuh>
 #include <precis/precis.hpp>
 #include <random>
 #include <string>
@@ -328,6 +334,108 @@ void tape_on_device(const char* name) {
   check(dev.cap2 == dev.cap1, std::string(name) + " tape on device: the second step allocated device memory");
 }
 
+/// An MLP 48-32-10 trained at batch 16 on the device (SGD with momentum): its step, and the
+/// parameters and optimizer it updates.
+template <class P>
+struct device_mlp {
+  using S = typename P::param_type;
+  using G = precis::grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using D = pc::on_device<P>;
+  using Opt = pc::MixedPrecisionOptimizer<P, precis::optim::SGD>;
+  cudaStream_t stream;
+  std::vector<pc::DeviceTensor<S>> v;
+  std::vector<pc::DeviceTensor<G>> g;
+  pc::DeviceTensor<X> x;
+  pc::device_buffer<std::int64_t> labels;
+  Opt opt;
+  precis::Tape<D> tape;
+
+  static std::vector<typename Opt::parameter> list(std::vector<pc::DeviceTensor<S>>& v, std::vector<pc::DeviceTensor<G>>& g) {
+    std::vector<typename Opt::parameter> l;
+    for (std::size_t i = 0; i < v.size(); ++i) l.push_back({"p" + std::to_string(i), v[i].view(), g[i].view()});
+    return l;
+  }
+  static std::vector<pc::DeviceTensor<S>> values() {
+    std::vector<pc::DeviceTensor<S>> out;
+    const std::vector<Shape> shapes{{32, 48}, {32}, {10, 32}, {10}};
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      precis::Tensor<S> t(shapes[i]);
+      precis::fill_uniform(t, -0.3, 0.3, 21 + i);
+      out.push_back(pc::DeviceTensor<S>::from_host(t));
+    }
+    return out;
+  }
+  static std::vector<pc::DeviceTensor<G>> zeros(const std::vector<pc::DeviceTensor<S>>& v) {
+    std::vector<pc::DeviceTensor<G>> out;
+    for (const auto& t : v) out.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(t.shape())));
+    return out;
+  }
+  static pc::DeviceTensor<X> batch() {
+    precis::Tensor<X> t(Shape{16, 48});
+    precis::fill_uniform(t, -1.0, 1.0, 5);
+    return pc::DeviceTensor<X>::from_host(t);
+  }
+  static precis::optim::SGD sgd() {
+    precis::optim::SGD r;
+    r.lr = 0.05;
+    r.momentum = 0.9;
+    return r;
+  }
+
+  explicit device_mlp(cudaStream_t s)
+      : stream(s), v(values()), g(zeros(v)), x(batch()), labels(16), opt(list(v, g), sgd(), typename Opt::options{.stream = s}),
+        tape(0, pc::device_backend{s}) {
+    std::vector<std::int64_t> l(16);
+    for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int64_t>((7 * i + 3) % 10);
+    pc::check(cudaMemcpy(labels.data(), l.data(), sizeof(std::int64_t) * l.size(), cudaMemcpyHostToDevice), "labels");
+  }
+
+  void step() {
+    tape.reset();
+    const auto bind = [&](std::size_t i) {
+      return tape.param(precis::TensorView<S>(v[i].data(), v[i].shape()), precis::TensorView<G>(g[i].data(), g[i].shape()));
+    };
+    auto h = precis::relu(precis::linear(tape.borrow(precis::TensorView<const X>(x.data(), x.shape())), bind(0), bind(1)));
+    auto loss = precis::cross_entropy(precis::linear(h, bind(2), bind(3)),
+                                      precis::borrowed_labels{std::span<const std::int64_t>(labels.data(), 16)});
+    tape.backward(loss, precis::TensorView<const double>(opt.device_scale(), Shape{}));
+    opt.step();
+    opt.zero_grad();
+  }
+};
+
+template <class P>
+void step_in_a_graph(const char* name, cudaStream_t stream) {
+  device_mlp<P> eager(stream), graphed(stream);
+  for (int i = 0; i < 5; ++i) eager.step();
+  for (int i = 0; i < 2; ++i) graphed.step();  // the arenas reach their steady size
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  pc::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  try {
+    graphed.step();
+  } catch (const precis::error& e) {
+    cudaStreamEndCapture(stream, &graph);
+    check(false, std::string(name) + " step in a graph: a call inside the step cannot be captured (it synchronizes): " + e.what());
+    return;
+  }
+  pc::check(cudaStreamEndCapture(stream, &graph), std::string(name) + ": cudaStreamEndCapture (a call inside the step synchronized)");
+  pc::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) pc::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  pc::check(cudaStreamSynchronize(stream), "sync");
+  int bad = 0;
+  for (std::size_t i = 0; i < eager.v.size(); ++i) bad += mismatches(back(graphed.v[i]), back(eager.v[i]));
+  const auto se = eager.opt.read_status(), sg = graphed.opt.read_status();
+  check(bad == 0, std::string(name) + " step in a graph: " + std::to_string(bad) + " parameters differ from the eager steps'");
+  check(se.updates == sg.updates && se.scaler.scale == sg.scaler.scale,
+        std::string(name) + " step in a graph: updates " + std::to_string(sg.updates) + " and scale " + std::to_string(sg.scaler.scale) +
+            " against the eager steps' " + std::to_string(se.updates) + " and " + std::to_string(se.scaler.scale));
+  check(se.updates >= 4, std::string(name) + ": only " + std::to_string(se.updates) + " of 5 steps applied");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 int run_device() {
   if (pc::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -346,6 +454,12 @@ int run_device() {
   tape_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   tape_on_device<precis::policy::named<"16-mixed">>("16-mixed");
   std::printf("Tape<cuda::on_device<P>>: a model of context-only ops matches the host tape's within its bound\n");
+  cudaStream_t stream;
+  pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
+  step_in_a_graph<precis::policy::named<"16-mixed">>("16-mixed", stream);
+  cudaStreamDestroy(stream);
+  std::printf("a training step on the device is captured whole into a CUDA graph (no synchronization inside it)\n");
   std::printf("op definitions through op::cuda: relu, add (broadcast) and linear match the host's within their bounds\n");
   std::printf("%s\n", failures == 0 ? "device backend: all checks passed" : "device backend: FAILED");
   return failures == 0 ? 0 : 1;
