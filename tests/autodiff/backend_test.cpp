@@ -270,7 +270,8 @@ struct step_result {
   Tensor<GX> input_grad;
 };
 
-/// x [8, 12] -> linear 12x16 -> relu -> (+ shift [16], * gate [8, 16]) -> gelu -> matmul [16, 10]
+/// x [8, 12] -> linear 12x16 -> relu -> (+ shift [16], * gate [8, 16]) -> gelu -> where(cond,
+/// masked_fill(h, mask [16], 0.25), relu(h)) -> matmul [16, 10]
 /// -> cat with itself along the columns, transposed twice -> linear 20x10 -> cross_entropy, two
 /// steps with a reset between (the second reuses the memory): the second seeded from the
 /// backend's memory and its labels borrowed from there.
@@ -293,6 +294,9 @@ auto run_model(Arena& params) {
   Tensor<X> x(Shape{8, 12}), gate(Shape{8, 16});
   fill_uniform(x, -1.0, 1.0, 3);
   fill_uniform(gate, 0.5, 1.5, 4);
+  Tensor<X> cond(Shape{8, 16}), mask(Shape{16});  // 0/1 patterns
+  for (index_t i = 0; i < cond.size(); ++i) cond.data()[i] = X((i * 7) % 3 == 0 ? 1.0f : 0.0f);
+  for (index_t i = 0; i < mask.size(); ++i) mask.data()[i] = X(i % 4 == 1 ? 1.0f : 0.0f);
   const std::vector<std::int64_t> labels{0, 3, 9, 2, 2, 7, 5, 1};
   // the same labels in the backend's memory, borrowed on the second step
   auto* kept = params.allocate_array<std::int64_t>(labels.size());
@@ -316,6 +320,7 @@ auto run_model(Arena& params) {
     auto b3 = tape.param(ps[5].value, ps[5].grad);
     auto h = relu(linear(xv, w1, b1));
     h = gelu((h + shift) * tape.input(gate));
+    h = where(tape.input(cond), masked_fill(h, tape.input(mask), 0.25), relu(h));
     auto z = matmul(h, w2);
     auto zz = transpose(transpose(cat(1, {z, z})));
     auto logits = linear(zz, w3, b3);

@@ -183,6 +183,26 @@ struct d_pick_b {
   }
 };
 
+/// where: a where c != 0, else b.
+struct select {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& c, const T& a, const T& b) const { return c != T(0) ? a : b; }
+};
+/// where's gradient to its first (first = true) or second operand: g where the condition picked it.
+struct pick_grad {
+  bool first;
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& c, const T& g) const { return (c != T(0)) == first ? g : T(0); }
+};
+/// masked_fill: v where m != 0, else x.
+template <class R>
+struct fill_masked {
+  R v;
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& x, const T& m) const { return m != T(0) ? T(v) : x; }
+};
+/// masked_fill's gradient: g where the mask is 0.
+struct d_masked {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& m) const { return m != T(0) ? T(0) : g; }
+};
+
 /// x sigmoid(x).
 struct silu {
   template <class T>
@@ -443,6 +463,7 @@ struct dropout : def<policy::safety::promote> {
 /// gradient reaches it); the gradient goes to the selected operand.
 struct where : def<policy::safety::promote> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "where";
   static constexpr std::string_view reason = "selects between two tensors: exact in the widest input type";
   template <class P, class SC, class SA, class SB>
@@ -463,10 +484,9 @@ struct where : def<policy::safety::promote> {
     return ab;
   }
   template <class T, class Ctx, class O, class C, class A, class B>
-  static void forward(const Ctx&, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const C>& c,
+  static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const C>& c,
                       const TensorView<const A>& a, const TensorView<const B>& b) {
-    using R = typename T::arithmetic;
-    map_into<R>("precis::where", y, [](const R& cv, const R& av, const R& bv) { return cv != R(0) ? av : bv; }, c, a, b);
+    ctx.template map_into<typename T::arithmetic>("precis::where", y, fn_::select{}, c, a, b);
   }
   template <class T, class Ctx, class G, class O, class C, class A, class B, class GC, class GA, class GB>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -477,9 +497,9 @@ struct where : def<policy::safety::promote> {
     const auto pick = [&](const auto& g, bool first) {
       if (g.data() == nullptr) return;
       const auto full = ctx.template temp<R>(gy.shape());
-      map_into<R>("precis::where", full, [first](const R& cv, const R& gv) { return (cv != R(0)) == first ? gv : R(0); }, c, gy);
+      ctx.template map_into<R>("precis::where", full, fn_::pick_grad{first}, c, gy);
       const auto red = ctx.template temp<R>(g.shape());
-      detail::ad::sum_to_shape<R>(red, full.as_const());
+      ctx.sum_to_shape(red, full.as_const());
       ctx.template add_into<R>("precis::where", g, red.as_const());
     };
     pick(std::get<1>(gx), true);
@@ -491,6 +511,7 @@ struct where : def<policy::safety::promote> {
 /// shape and is a constant. Attention's masks are built with it.
 struct masked_fill : def<policy::safety::neutral> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "masked_fill";
   static constexpr std::string_view reason = "writes a constant (rounded once) or copies: no arithmetic";
   struct attrs {
@@ -512,11 +533,10 @@ struct masked_fill : def<policy::safety::neutral> {
     return x;
   }
   template <class T, class Ctx, class O, class X, class M>
-  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x,
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x,
                       const TensorView<const M>& m) {
     using R = typename T::arithmetic;
-    const R v = detail::load<R>(a.value);
-    map_into<R>("precis::masked_fill", y, [v](const R& xv, const R& mv) { return mv != R(0) ? v : xv; }, x, m);
+    ctx.template map_into<R>("precis::masked_fill", y, fn_::fill_masked<R>{detail::load<R>(a.value)}, x, m);
   }
   template <class T, class Ctx, class G, class O, class X, class M, class GX, class GM>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -524,8 +544,7 @@ struct masked_fill : def<policy::safety::neutral> {
                        const std::tuple<TensorView<GX>, TensorView<GM>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
     using R = typename T::arithmetic;
-    ctx.template accumulate<R>("precis::masked_fill", std::get<0>(gx),
-                              [](const R& g, const R& mv) { return mv != R(0) ? R(0) : g; }, gy, std::get<1>(x));
+    ctx.template accumulate<R>("precis::masked_fill", std::get<0>(gx), fn_::d_masked{}, gy, std::get<1>(x));
   }
 };
 
