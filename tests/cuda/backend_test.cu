@@ -25,7 +25,8 @@
 //   backward seeded with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
 //   into a CUDA graph in cudaStreamCaptureModeGlobal, which fails on any synchronizing call, so
 //   the step has none; three replays leave the parameters, the loss scale and the update count
-//   with the bits of three more eager steps (bf16-mixed, and 16-mixed with its dynamic scale).
+//   with the bits of three more eager steps (bf16-mixed, and 16-mixed with its dynamic scale,
+//   whose first steps may be skipped: at least one of the five must apply).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -435,7 +436,7 @@ void step_in_a_graph(const char* name, cudaStream_t stream) {
   check(se.updates == sg.updates && se.scaler.scale == sg.scaler.scale,
         std::string(name) + " step in a graph: updates " + std::to_string(sg.updates) + " and scale " + std::to_string(sg.scaler.scale) +
             " against the eager steps' " + std::to_string(se.updates) + " and " + std::to_string(se.scaler.scale));
-  check(se.updates >= 4, std::string(name) + ": only " + std::to_string(se.updates) + " of 5 steps applied");
+  check(se.updates >= 1, std::string(name) + ": none of the 5 steps applied an update (the comparison would test nothing)");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
