@@ -1,7 +1,7 @@
-// precis's training step on the GPU: a Tape<cuda::on_device<P>> records the forward of an MLP
-// (linear + relu, cross-entropy) on device memory, differentiates it seeded with the device's
-// loss scale, and precis::cuda::MixedPrecisionOptimizer (SGD, momentum 0.9, lr 0.01) takes the
-// step; zero_grad after it. The demo's MLP 784-256-128-10 at batch 128 and 4096 and the wide
+// precis's training step on the GPU: a Tape<cuda::on_device<P>> records the forward of an
+// nn::MLP whose parameters live on the device (linear + relu, cross-entropy), differentiates it
+// seeded with the device's loss scale, and precis::cuda::MixedPrecisionOptimizer (SGD, momentum
+// 0.9, lr 0.01), made from the module, takes the step; zero_grad after it. The demo's MLP 784-256-128-10 at batch 128 and 4096 and the wide
 // MLP 4096-4096-4096-10 at batch 8192, under 32-true, bf16-mixed and 16-mixed (dynamic loss
 // scaling). bench/cuda/torch_train_baseline.py times PyTorch eager on the same models, data
 // shapes, optimizer and policies: run both in one session on one GPU and compare.
@@ -61,31 +61,14 @@ double per_call_us(F&& f, cudaStream_t stream, int reps) {
 
 template <class P>
 times step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream_t stream, int reps) {
-  using S = typename P::param_type;
-  using G = precis::grad_storage_t<P, S>;
   using X = typename P::activation_type;
   using D = pc::on_device<P>;
   using Opt = pc::MixedPrecisionOptimizer<P, precis::optim::SGD>;
-  const std::size_t layers = widths.size() - 1;
-  std::vector<pc::DeviceTensor<S>> w, b;
-  std::vector<pc::DeviceTensor<G>> gw, gb;
-  std::vector<typename Opt::parameter> list;
-  for (std::size_t l = 0; l < layers; ++l) {
-    precis::Tensor<S> wh(Shape{widths[l + 1], widths[l]}), bh(Shape{widths[l + 1]});
-    precis::nn::kaiming_uniform(wh.view(), widths[l], 1 + l);
-    w.push_back(pc::DeviceTensor<S>::from_host(wh));
-    b.push_back(pc::DeviceTensor<S>::from_host(bh));
-    gw.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(wh.shape())));
-    gb.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(bh.shape())));
-  }
-  for (std::size_t l = 0; l < layers; ++l) {
-    list.push_back({"w" + std::to_string(l), w[l].view(), gw[l].view()});
-    list.push_back({"b" + std::to_string(l), b[l].view(), gb[l].view()});
-  }
+  precis::nn::MLP<D> net(widths, precis::nn::activation::relu, 1);  // parameters in device memory
   precis::optim::SGD sgd;
   sgd.lr = 0.01;
   sgd.momentum = 0.9;
-  Opt opt(list, sgd, typename Opt::options{.stream = stream});
+  Opt opt(net, sgd, typename Opt::options{.stream = stream});
 
   precis::Tensor<X> xh(Shape{batch, widths[0]});
   precis::fill_uniform(xh, -1.0, 1.0, 7);
@@ -101,15 +84,7 @@ times step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream
   const precis::TensorView<const double> seed(opt.device_scale(), Shape{});
   const auto step = [&] {
     tape.reset();
-    auto h = tape.borrow(precis::TensorView<const X>(x.data(), x.shape()));
-    precis::Var<D, X> out;
-    for (std::size_t l = 0; l < layers; ++l) {
-      auto wl = tape.param(precis::TensorView<S>(w[l].data(), w[l].shape()), precis::TensorView<G>(gw[l].data(), gw[l].shape()));
-      auto bl = tape.param(precis::TensorView<S>(b[l].data(), b[l].shape()), precis::TensorView<G>(gb[l].data(), gb[l].shape()));
-      auto z = precis::linear(l == 0 ? h : out, wl, bl);
-      out = l + 1 < layers ? precis::relu(z) : z;
-    }
-    auto loss = precis::cross_entropy(out, on_device);
+    auto loss = precis::cross_entropy(net(tape.borrow(precis::TensorView<const X>(x.data(), x.shape()))), on_device);
     tape.backward(loss, seed);
     opt.step();
     opt.zero_grad();

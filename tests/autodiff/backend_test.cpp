@@ -18,6 +18,7 @@
 #include <new>
 #include <precis/precis.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace precis;
@@ -208,6 +209,29 @@ class fenced_cpu : public op::cpu {
   }
 };
 
+/// Fenced memory owned for the object's life (nn modules' parameters and gradients).
+template <class T>
+class fenced_tensor {
+ public:
+  explicit fenced_tensor(const Shape& s) : shape_(s), p_(static_cast<T*>(fence::allocate(bytes()))) {}
+  fenced_tensor(fenced_tensor&& o) noexcept : shape_(o.shape_), p_(std::exchange(o.p_, nullptr)) {}
+  fenced_tensor& operator=(fenced_tensor&&) = delete;
+  ~fenced_tensor() {
+    if (p_ != nullptr) fence::release(p_, bytes());
+  }
+  const Shape& shape() const { return shape_; }
+  index_t size() const { return shape_.numel(); }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  TensorView<T> view() { return TensorView<T>(p_, shape_); }
+  TensorView<const T> view() const { return TensorView<const T>(p_, shape_); }
+
+ private:
+  std::size_t bytes() const { return static_cast<std::size_t>(shape_.numel()) * sizeof(T); }
+  Shape shape_;
+  T* p_;
+};
+
 /// The backend: fenced arenas, fenced_cpu contexts, and the tape's own writes opened.
 struct fenced_backend {
   using arena_type = Arena;
@@ -236,6 +260,13 @@ struct fenced_backend {
   static S read(const S* p) {
     fence::open o;
     return backend::host::read(p);
+  }
+  template <class T>
+  using tensor = fenced_tensor<T>;
+  template <class S>
+  static void download(const TensorView<const S>& from, const TensorView<S>& to) {
+    fence::open o;
+    backend::host::download(from, to);
   }
 };
 
@@ -410,5 +441,112 @@ TEST(Backend, BorrowedLabelsAreCountedAndAnOutOfRangeOneGivesNaNInItsRow) {
     ADD_FAILURE() << "two labels for three rows did not throw";
   } catch (const shape_error& e) {
     EXPECT_NE(std::string(e.what()).find("precis::cross_entropy: logits [3, 4] and 2 borrowed labels"), std::string::npos) << e.what();
+  }
+}
+
+// ---- nn modules on a backend ---------------------------------------------------------------------
+
+namespace {
+
+/// Every parameter of two modules of the same layout: names equal, values (and gradients when
+/// `grads`) the same bits.
+template <class A, class B>
+void expect_same_parameters(A& a, B& b, bool grads) {
+  const auto pa = a.named_parameters();
+  const auto pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].first, pb[i].first);
+    EXPECT_TRUE(same_bits(pa[i].second->value_on_host(), pb[i].second->value_on_host())) << pa[i].first;
+    if (grads) {
+      EXPECT_TRUE(same_bits(pa[i].second->grad_on_host(), pb[i].second->grad_on_host())) << pa[i].first << " gradient";
+    }
+  }
+}
+
+/// nn modules on the fenced backend: parameters in its memory, initialized on the host from the
+/// same seeds (the host backend's bits), an MLP's training step recorded and differentiated
+/// there, and zero_grad through the backend.
+template <class P>
+void expect_fenced_modules_match_host() {
+  using F = fenced<P>;
+  using X = typename P::activation_type;
+  fence::handler h;
+  nn::MLP<P> on_host({12, 16, 8, 4}, nn::activation::relu, 5);
+  nn::MLP<F> on_fence({12, 16, 8, 4}, nn::activation::relu, 5);
+  static_assert(std::is_same_v<typename nn::Module<F>::parameter::backend_type, fenced_backend>);
+  expect_same_parameters(on_host, on_fence, true);
+
+  Tensor<X> x(Shape{6, 12});
+  fill_uniform(x, -1.0, 1.0, 9);
+  const std::vector<std::int64_t> labels{0, 3, 1, 2, 2, 3};
+  Tape<P> host_tape;
+  Tape<F> fenced_tape;
+  const long before = fence::openings;
+  double host_loss = 0, fenced_loss = 0;
+  for (int step = 0; step < 2; ++step) {  // gradients accumulate over the two
+    host_tape.reset();
+    fenced_tape.reset();
+    auto lh = cross_entropy(on_host(host_tape.input(x)), labels);
+    auto lf = cross_entropy(on_fence(fenced_tape.input(x)), labels);
+    host_tape.backward(lh);
+    fenced_tape.backward(lf);
+    host_loss = lh.item();
+    fenced_loss = lf.item();
+  }
+  EXPECT_GT(fence::openings - before, 20) << "the fenced backend was barely used";
+  EXPECT_EQ(fenced_loss, host_loss);
+  expect_same_parameters(on_host, on_fence, true);
+  const auto g0 = on_fence.layer(0).weight().grad_on_host();
+  EXPECT_TRUE(std::any_of(g0.data(), g0.data() + g0.size(), [](auto v) { return static_cast<double>(v) != 0; }));
+
+  on_fence.zero_grad();
+  for (auto* p : on_fence.parameters()) {
+    const auto g = p->grad_on_host();
+    EXPECT_TRUE(std::all_of(g.data(), g.data() + g.size(), [](auto v) { return static_cast<double>(v) == 0; })) << p->name;
+  }
+  EXPECT_EQ(on_fence.parameter_count(), on_host.parameter_count());
+}
+
+}  // namespace
+
+TEST(Backend, NnModulesKeepTheirParametersInTheBackendsMemory32True) {
+  expect_fenced_modules_match_host<pol::named<"32-true">>();
+}
+TEST(Backend, NnModulesKeepTheirParametersInTheBackendsMemoryBf16Mixed) {
+  expect_fenced_modules_match_host<pol::named<"bf16-mixed">>();
+}
+
+// Every layer's initialization (Kaiming and Xavier weights, zero biases, LayerNorm's and
+// BatchNorm's ones, the embedding table) gives the same bits on a backend whose memory the host
+// cannot touch as on the host.
+TEST(Backend, EveryLayerIsInitializedWithTheHostsBitsOnAnotherBackend) {
+  using P = pol::named<"bf16-mixed">;
+  using F = fenced<P>;
+  fence::handler h;
+  {
+    nn::TransformerBlock<P> a(16, 4, 2, 3);
+    nn::TransformerBlock<F> b(16, 4, 2, 3);
+    expect_same_parameters(a, b, true);
+  }
+  {
+    nn::Conv2d<P> a(4, 8, {3, 3}, conv2d_options{.padding = {1, 1}}, 7);
+    nn::Conv2d<F> b(4, 8, {3, 3}, conv2d_options{.padding = {1, 1}}, 7);
+    expect_same_parameters(a, b, true);
+  }
+  {
+    nn::BatchNorm2d<P> a(6);
+    nn::BatchNorm2d<F> b(6);
+    expect_same_parameters(a, b, true);
+  }
+  {
+    nn::Embedding<P> a(10, 8, 11);
+    nn::Embedding<F> b(10, 8, 11);
+    expect_same_parameters(a, b, true);
+  }
+  {
+    nn::Linear<P> a(5, 3, 2, false, nn::init::xavier_uniform);
+    nn::Linear<F> b(5, 3, 2, false, nn::init::xavier_uniform);
+    expect_same_parameters(a, b, true);
   }
 }

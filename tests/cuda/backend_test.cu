@@ -21,8 +21,10 @@
 //   value crosses at most 14 roundings into its storage on the way from a parameter to the loss
 //   and back, and every sum, at most 20 terms, may run in another order: 2 (14 u_storage +
 //   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory;
-// - a whole training step (tape.reset, the forward of an MLP with borrowed batch and labels, the
-//   backward seeded with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
+// - an nn::MLP on the device has the host module's initial bits, and one step's loss and
+//   gradients are within the tape's bound of the host's; zero_grad on a stream zeroes them;
+// - a whole training step (tape.reset, the forward of an nn::MLP with borrowed batch and labels,
+//   the backward seeded with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
 //   into a CUDA graph in cudaStreamCaptureModeGlobal, which fails on any synchronizing call, so
 //   the step has none; three replays leave the parameters, the loss scale and the update count
 //   with the bits of three more eager steps (bf16-mixed, and 16-mixed with its dynamic scale,
@@ -33,6 +35,7 @@
 #include <functional>
 #include <precis/cuda/backend.cuh>
 #include <precis/cuda/optim.cuh>
+#include <precis/nn/nn.hpp>
 #include <precis/precis.hpp>
 #include <random>
 #include <string>
@@ -339,43 +342,20 @@ void tape_on_device(const char* name) {
   check(dev.cap2 == dev.cap1, std::string(name) + " tape on device: the second step allocated device memory");
 }
 
-/// An MLP 48-32-10 trained at batch 16 on the device (SGD with momentum): its step, and the
-/// parameters and optimizer it updates.
+/// An nn::MLP 48-32-10 on the device (its parameters in device memory) trained at batch 16 by
+/// the device optimizer made from it (SGD with momentum).
 template <class P>
 struct device_mlp {
-  using S = typename P::param_type;
-  using G = precis::grad_storage_t<P, S>;
   using X = typename P::activation_type;
   using D = pc::on_device<P>;
   using Opt = pc::MixedPrecisionOptimizer<P, precis::optim::SGD>;
   cudaStream_t stream;
-  std::vector<pc::DeviceTensor<S>> v;
-  std::vector<pc::DeviceTensor<G>> g;
+  precis::nn::MLP<D> net;
   pc::DeviceTensor<X> x;
   pc::device_buffer<std::int64_t> labels;
   Opt opt;
   precis::Tape<D> tape;
 
-  static std::vector<typename Opt::parameter> list(std::vector<pc::DeviceTensor<S>>& v, std::vector<pc::DeviceTensor<G>>& g) {
-    std::vector<typename Opt::parameter> l;
-    for (std::size_t i = 0; i < v.size(); ++i) l.push_back({"p" + std::to_string(i), v[i].view(), g[i].view()});
-    return l;
-  }
-  static std::vector<pc::DeviceTensor<S>> values() {
-    std::vector<pc::DeviceTensor<S>> out;
-    const std::vector<Shape> shapes{{32, 48}, {32}, {10, 32}, {10}};
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-      precis::Tensor<S> t(shapes[i]);
-      precis::fill_uniform(t, -0.3, 0.3, 21 + i);
-      out.push_back(pc::DeviceTensor<S>::from_host(t));
-    }
-    return out;
-  }
-  static std::vector<pc::DeviceTensor<G>> zeros(const std::vector<pc::DeviceTensor<S>>& v) {
-    std::vector<pc::DeviceTensor<G>> out;
-    for (const auto& t : v) out.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(t.shape())));
-    return out;
-  }
   static pc::DeviceTensor<X> batch() {
     precis::Tensor<X> t(Shape{16, 48});
     precis::fill_uniform(t, -1.0, 1.0, 5);
@@ -389,8 +369,8 @@ struct device_mlp {
   }
 
   explicit device_mlp(cudaStream_t s)
-      : stream(s), v(values()), g(zeros(v)), x(batch()), labels(16), opt(list(v, g), sgd(), typename Opt::options{.stream = s}),
-        tape(0, pc::device_backend{s}) {
+      : stream(s), net({48, 32, 10}, precis::nn::activation::relu, 21), x(batch()), labels(16),
+        opt(net, sgd(), typename Opt::options{.stream = s}), tape(0, pc::device_backend{s}) {
     std::vector<std::int64_t> l(16);
     for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int64_t>((7 * i + 3) % 10);
     pc::check(cudaMemcpy(labels.data(), l.data(), sizeof(std::int64_t) * l.size(), cudaMemcpyHostToDevice), "labels");
@@ -398,17 +378,70 @@ struct device_mlp {
 
   void step() {
     tape.reset();
-    const auto bind = [&](std::size_t i) {
-      return tape.param(precis::TensorView<S>(v[i].data(), v[i].shape()), precis::TensorView<G>(g[i].data(), g[i].shape()));
-    };
-    auto h = precis::relu(precis::linear(tape.borrow(precis::TensorView<const X>(x.data(), x.shape())), bind(0), bind(1)));
-    auto loss = precis::cross_entropy(precis::linear(h, bind(2), bind(3)),
-                                      precis::borrowed_labels{std::span<const std::int64_t>(labels.data(), 16)});
+    auto logits = net(tape.borrow(precis::TensorView<const X>(x.data(), x.shape())));
+    auto loss = precis::cross_entropy(logits, precis::borrowed_labels{std::span<const std::int64_t>(labels.data(), 16)});
     tape.backward(loss, precis::TensorView<const double>(opt.device_scale(), Shape{}));
     opt.step();
     opt.zero_grad();
   }
+  std::vector<precis::Tensor<typename P::param_type>> values() {
+    std::vector<precis::Tensor<typename P::param_type>> out;
+    for (auto* p : net.parameters()) out.push_back(p->value_on_host(pc::device_backend{stream}));
+    return out;
+  }
 };
+
+/// An nn::MLP on the device against the same module on the host: the same initial bits; one
+/// step's loss and gradients within the tape's bound (each value crosses at most 6 roundings
+/// into its storage from a parameter to the loss and back; sums of at most 48 terms in another
+/// order: 2 (6 u_storage + 2 gamma_48(u_fp32)), normwise); zero_grad on the stream zeroes them.
+template <class P>
+void module_on_device(const char* name, cudaStream_t stream) {
+  using D = pc::on_device<P>;
+  using X = typename P::activation_type;
+  const pc::device_backend on_stream{stream};
+  precis::nn::MLP<P> host_net({48, 32, 10}, precis::nn::activation::relu, 4);
+  precis::nn::MLP<D> dev_net({48, 32, 10}, precis::nn::activation::relu, 4);
+  const auto hp = host_net.parameters();
+  const auto dp = dev_net.parameters();
+  int bad = 0;
+  for (std::size_t i = 0; i < hp.size(); ++i) bad += mismatches(hp[i]->value_on_host(), dp[i]->value_on_host(on_stream));
+  check(bad == 0, std::string(name) + " nn module on device: " + std::to_string(bad) + " initial values differ from the host module's");
+
+  precis::Tensor<X> x(Shape{16, 48});
+  precis::fill_uniform(x, -1.0, 1.0, 8);
+  std::vector<std::int64_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>((3 * i + 1) % 10);
+  precis::Tape<P> ht;
+  auto lh = precis::cross_entropy(host_net(ht.input(x)), labels);
+  ht.backward(lh);
+  precis::Tape<D> dt(0, on_stream);
+  auto ld = precis::cross_entropy(dev_net(dt.input(x)), labels);
+  dt.backward(ld);
+  const double us = std::max(precis::format_traits<X>::unit_roundoff(), precis::format_traits<typename P::param_type>::unit_roundoff());
+  const double u = std::ldexp(1.0, -24), g48 = 48 * u / (1 - 48 * u);
+  const double tol = 2 * (6 * us + 2 * g48);
+  const double lhv = lh.item(), ldv = ld.item();
+  check(std::fabs(ldv - lhv) <= tol * std::fabs(lhv),
+        std::string(name) + " nn module on device: loss " + std::to_string(ldv) + " vs the host's " + std::to_string(lhv));
+  for (std::size_t i = 0; i < hp.size(); ++i) {
+    const auto h = as_doubles(hp[i]->grad_on_host());
+    const auto d = as_doubles(dp[i]->grad_on_host(on_stream));
+    double d2 = 0, h2 = 0;
+    for (std::size_t j = 0; j < h.size(); ++j) {
+      d2 += (d[j] - h[j]) * (d[j] - h[j]);
+      h2 += h[j] * h[j];
+    }
+    check(h2 > 0 && std::sqrt(d2 / h2) <= tol, std::string(name) + " nn module on device: " + hp[i]->name + "'s gradient differs by " +
+                                                  std::to_string(std::sqrt(d2 / h2)) + " (bound " + std::to_string(tol) + ")");
+  }
+  dev_net.zero_grad(on_stream);
+  int nonzero = 0;
+  for (auto* p : dp) {
+    for (const auto& v : as_doubles(p->grad_on_host(on_stream))) nonzero += v != 0;
+  }
+  check(nonzero == 0, std::string(name) + " nn module on device: zero_grad left " + std::to_string(nonzero) + " nonzero gradients");
+}
 
 template <class P>
 void step_in_a_graph(const char* name, cudaStream_t stream) {
@@ -430,7 +463,8 @@ void step_in_a_graph(const char* name, cudaStream_t stream) {
   for (int i = 0; i < 3; ++i) pc::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   pc::check(cudaStreamSynchronize(stream), "sync");
   int bad = 0;
-  for (std::size_t i = 0; i < eager.v.size(); ++i) bad += mismatches(back(graphed.v[i]), back(eager.v[i]));
+  const auto ev = eager.values(), gv = graphed.values();
+  for (std::size_t i = 0; i < ev.size(); ++i) bad += mismatches(gv[i], ev[i]);
   const auto se = eager.opt.read_status(), sg = graphed.opt.read_status();
   check(bad == 0, std::string(name) + " step in a graph: " + std::to_string(bad) + " parameters differ from the eager steps'");
   check(se.updates == sg.updates && se.scaler.scale == sg.scaler.scale,
@@ -463,6 +497,9 @@ int run_device() {
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
   step_in_a_graph<precis::policy::named<"16-mixed">>("16-mixed", stream);
+  module_on_device<precis::policy::named<"32-true">>("32-true", stream);
+  module_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
+  std::printf("nn modules on the device: the host's initial bits, gradients within the tape's bound\n");
   cudaStreamDestroy(stream);
   std::printf("a training step on the device is captured whole into a CUDA graph (no synchronization inside it)\n");
   std::printf("op definitions through op::cuda: relu, add (broadcast) and linear match the host's within their bounds\n");

@@ -114,6 +114,26 @@ class DeviceArena {
   std::size_t peak_ = 0;
 };
 
+/// Dense row-major device memory of T owned for the object's life, seen as a precis::TensorView
+/// (of device memory: never dereferenced on the host): what device_backend keeps nn modules'
+/// parameters and gradients in. Its contents start unspecified.
+template <class T>
+class backend_tensor {
+ public:
+  explicit backend_tensor(const Shape& shape) : shape_(shape), buf_(static_cast<std::size_t>(shape.numel())) {}
+
+  const Shape& shape() const noexcept { return shape_; }
+  index_t size() const noexcept { return shape_.numel(); }
+  T* data() noexcept { return buf_.data(); }
+  const T* data() const noexcept { return buf_.data(); }
+  TensorView<T> view() noexcept { return TensorView<T>(buf_.data(), shape_); }
+  TensorView<const T> view() const noexcept { return TensorView<const T>(buf_.data(), shape_); }
+
+ private:
+  Shape shape_;
+  device_buffer<T> buf_;
+};
+
 /// A TensorView of device memory as a DeviceView (the same pointer, shape and strides).
 template <class S, class C>
 DeviceView<S> device_view(const TensorView<S, C>& v) {
@@ -348,6 +368,22 @@ struct device_backend {
     check(cudaMemcpyAsync(&v, p, sizeof(S), cudaMemcpyDeviceToHost, stream), "precis::cuda::device_backend::read");
     check(cudaStreamSynchronize(stream), "precis::cuda::device_backend::read");
     return v;
+  }
+
+  /// What nn modules keep their parameters and gradients in.
+  template <class T>
+  using tensor = backend_tensor<T>;
+  /// to (host, contiguous) = from (device, contiguous), same shape; waits for the stream.
+  template <class S>
+  void download(const TensorView<const S>& from, const TensorView<S>& to) const {
+    if (from.shape() != to.shape() || !from.is_contiguous() || !to.is_contiguous()) {
+      throw shape_error("precis::cuda::device_backend::download: " + from.shape().str() + " into " + to.shape().str() +
+                        "; expected equal shapes, both contiguous");
+    }
+    const std::size_t bytes = static_cast<std::size_t>(to.size()) * sizeof(S);
+    check(cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToHost, stream),
+          "precis::cuda::device_backend::download: cudaMemcpyAsync of " + std::to_string(bytes) + " bytes");
+    check(cudaStreamSynchronize(stream), "precis::cuda::device_backend::download");
   }
 };
 

@@ -260,6 +260,32 @@ class MixedPrecisionOptimizer {
   MixedPrecisionOptimizer(std::vector<parameter> params, Rule rule, options o = {})
       : MixedPrecisionOptimizer(std::move(params), std::move(rule), default_rule(), default_state(), o) {}
 
+  /// Every parameter of an nn module on the device (nn::Module<on_device<P>>), named by its
+  /// path: the optimizer of a model built from precis::nn layers.
+  template <class Net>
+    requires requires(Net& n) { n.named_parameters(); }
+  MixedPrecisionOptimizer(Net& net, Rule rule, options o = {}) : MixedPrecisionOptimizer(parameters_of(net), std::move(rule), o) {}
+  template <class Net, class Scaler>
+    requires requires(Net& n) { n.named_parameters(); }
+  MixedPrecisionOptimizer(Net& net, Rule rule, const Scaler& scaler, options o = {})
+      : MixedPrecisionOptimizer(parameters_of(net), std::move(rule), scaler, o) {}
+
+  /// The module's parameters as this optimizer's list (their values and gradients in device
+  /// memory, of this policy's types).
+  template <class Net>
+  static std::vector<parameter> parameters_of(Net& net) {
+    std::vector<parameter> out;
+    for (auto& [name, p] : net.named_parameters()) {
+      const auto v = p->value.view();
+      const auto g = p->grad.view();
+      static_assert(std::is_same_v<typename decltype(v)::storage_type, param_type> &&
+                        std::is_same_v<typename decltype(g)::storage_type, grad_type>,
+                    "precis::cuda::MixedPrecisionOptimizer: the module's parameters are of another policy's types");
+      out.push_back({name, DeviceView<param_type>(v.data(), v.shape()), DeviceView<grad_type>(g.data(), g.shape())});
+    }
+    return out;
+  }
+
   MixedPrecisionOptimizer(const MixedPrecisionOptimizer&) = delete;
   MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
   MixedPrecisionOptimizer(MixedPrecisionOptimizer&&) noexcept = default;

@@ -8,14 +8,21 @@
 //   tape.backward(loss);
 //   for (auto* p : net.parameters()) { /* p->value, p->grad */ }
 //   net.zero_grad(); tape.reset();
+//
+// Parameters live in the memory of the policy's backend (precis::backend_t<P>): host Tensors,
+// or with precis::cuda::on_device<P> device tensors, initialized on the host from the same seeds
+// and uploaded, so a model has the same initial bits on every backend. On a backend whose memory
+// the host cannot touch, read them with p.value_on_host() and p.grad_on_host().
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <span>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,12 +30,28 @@
 
 namespace precis::nn {
 
-/// A trainable tensor: its value and the gradient backward() accumulates into.
-template <class S, class G = S>
+/// A trainable tensor: its value and the gradient backward() accumulates into, in backend B's
+/// memory (B::tensor: host Tensors by default).
+template <class S, class G = S, class B = backend::host>
 struct Parameter {
+  using backend_type = B;
   std::string name;
-  Tensor<S> value;
-  Tensor<G> grad;
+  typename B::template tensor<S> value;
+  typename B::template tensor<G> grad;
+
+  /// Host copies of the value and of the gradient: on a device backend, downloads that wait
+  /// for the work enqueued where `b` enqueues its own (its stream).
+  Tensor<S> value_on_host(const B& b = {}) const { return on_host(value, b); }
+  Tensor<G> grad_on_host(const B& b = {}) const { return on_host(grad, b); }
+
+ private:
+  template <class X>
+  static auto on_host(const X& x, const B& b) {
+    using T = typename decltype(x.view())::storage_type;
+    auto out = Tensor<T>::uninitialized(x.shape());
+    b.download(x.view().as_const(), out.view());
+    return out;
+  }
 };
 
 /// The parameter registry: parameters and child modules by name, in registration order.
@@ -36,9 +59,10 @@ template <class P>
 class Module {
  public:
   using policy_type = P;
+  using backend_type = backend_t<P>;
   using param_type = typename P::param_type;
   using grad_type = grad_storage_t<P, param_type>;
-  using parameter = Parameter<param_type, grad_type>;
+  using parameter = Parameter<param_type, grad_type, backend_type>;
 
   Module() = default;
   Module(const Module&) = delete;
@@ -72,15 +96,45 @@ class Module {
     for_each_parameter([&](parameter& p) { n += p.value.size(); });
     return n;
   }
-  /// Sets every gradient to zero (backward accumulates; call between steps).
-  void zero_grad() {
-    for_each_parameter([](parameter& p) { std::fill(p.grad.begin(), p.grad.end(), grad_type(0)); });
+  /// Sets every gradient to zero (backward accumulates; call between steps). On a device
+  /// backend the zeroing is enqueued where `b` enqueues its work (its stream).
+  void zero_grad(const backend_type& b = {}) {
+    for_each_parameter([&](parameter& p) {
+      if constexpr (backend_type::host_memory) {
+        std::fill_n(p.grad.data(), p.grad.size(), grad_type(0));
+      } else {
+        static_assert(std::is_trivially_copyable_v<grad_type>, "precis::nn::Module::zero_grad: a device gradient type is trivially copyable");
+        b.zero_bytes(p.grad.data(), static_cast<std::size_t>(p.grad.size()) * sizeof(grad_type));
+      }
+    });
   }
 
  protected:
+  /// A new parameter of `shape`: value and gradient zero (in the backend's memory).
   parameter& register_parameter(std::string name, const Shape& shape) {
-    params_.push_back(std::make_unique<parameter>(parameter{std::move(name), Tensor<param_type>(shape), Tensor<grad_type>(shape)}));
-    return *params_.back();
+    params_.push_back(std::make_unique<parameter>(parameter{std::move(name), typename parameter::backend_type::template tensor<param_type>(shape),
+                                                            typename parameter::backend_type::template tensor<grad_type>(shape)}));
+    parameter& p = *params_.back();
+    if constexpr (backend_type::host_memory && std::is_same_v<typename backend_type::template tensor<param_type>, Tensor<param_type>>) {
+      return p;  // host Tensors start as zeros
+    } else {
+      const backend_type b{};
+      b.upload(Tensor<param_type>(shape).view().as_const(), p.value.view());
+      b.upload(Tensor<grad_type>(shape).view().as_const(), p.grad.view());
+      return p;
+    }
+  }
+  /// Sets p's value by `init(view)` on a host view of its shape (kaiming_uniform, fill_uniform,
+  /// ...): in place on the host backend, in a host tensor uploaded to any other.
+  template <class F>
+  void initialize(parameter& p, F&& init) {
+    if constexpr (std::is_same_v<typename backend_type::template tensor<param_type>, Tensor<param_type>>) {
+      init(p.value.view());
+    } else {
+      Tensor<param_type> h(p.value.shape());
+      init(h.view());
+      backend_type{}.upload(h.view().as_const(), p.value.view());
+    }
   }
   template <class M>
   M& register_module(std::string name, std::unique_ptr<M> m) {
@@ -131,8 +185,10 @@ class Linear : public Module<P> {
       throw invalid_argument("precis::nn::Linear: in = " + std::to_string(in) + ", out = " + std::to_string(out) +
                              "; expected positive sizes");
     }
-    if (how == init::kaiming_uniform) kaiming_uniform(weight_->value.view(), in, seed);
-    else xavier_uniform(weight_->value.view(), in, out, seed);
+    this->initialize(*weight_, [&](const TensorView<typename P::param_type>& w) {
+      if (how == init::kaiming_uniform) kaiming_uniform(w, in, seed);
+      else xavier_uniform(w, in, out, seed);
+    });
   }
 
   template <class S>
@@ -158,7 +214,7 @@ class LayerNorm : public Module<P> {
  public:
   explicit LayerNorm(index_t d, double eps = 1e-5)
       : gamma_(&this->register_parameter("weight", Shape{d})), beta_(&this->register_parameter("bias", Shape{d})), eps_(eps) {
-    std::fill(gamma_->value.begin(), gamma_->value.end(), typename P::param_type(1));
+    this->initialize(*gamma_, [](const TensorView<typename P::param_type>& g) { std::fill_n(g.data(), g.size(), typename P::param_type(1)); });
   }
   template <class S>
   auto operator()(const Var<P, S>& x) {
@@ -186,7 +242,9 @@ class Conv2d : public Module<P> {
     }
     weight_ = &this->register_parameter("weight", Shape{out, in / o.groups, kernel[0], kernel[1]});
     bias_ = bias ? &this->register_parameter("bias", Shape{out}) : nullptr;
-    kaiming_uniform(weight_->value.view(), in / o.groups * kernel[0] * kernel[1], seed);
+    this->initialize(*weight_, [&](const TensorView<typename P::param_type>& w) {
+      kaiming_uniform(w, in / o.groups * kernel[0] * kernel[1], seed);
+    });
   }
   template <class S>
   auto operator()(const Var<P, S>& x) {
@@ -214,7 +272,7 @@ class BatchNorm2d : public Module<P> {
         var_(static_cast<std::size_t>(channels), 1.0),
         momentum_(momentum),
         eps_(eps) {
-    std::fill(gamma_->value.begin(), gamma_->value.end(), typename P::param_type(1));
+    this->initialize(*gamma_, [](const TensorView<typename P::param_type>& g) { std::fill_n(g.data(), g.size(), typename P::param_type(1)); });
   }
   template <class S>
   auto operator()(const Var<P, S>& x) {
@@ -239,7 +297,9 @@ template <class P>
 class Embedding : public Module<P> {
  public:
   Embedding(index_t count, index_t dim, std::uint64_t seed) : weight_(&this->register_parameter("weight", Shape{count, dim})) {
-    fill_uniform(weight_->value.view(), -1.0 / std::sqrt(static_cast<double>(dim)), 1.0 / std::sqrt(static_cast<double>(dim)), seed);
+    this->initialize(*weight_, [&](const TensorView<typename P::param_type>& w) {
+      fill_uniform(w, -1.0 / std::sqrt(static_cast<double>(dim)), 1.0 / std::sqrt(static_cast<double>(dim)), seed);
+    });
   }
   /// Rows at `indices` (row-major, of shape index_shape) -> [index_shape..., dim].
   auto operator()(Tape<P>& t, std::span<const std::int64_t> indices, const Shape& index_shape) {

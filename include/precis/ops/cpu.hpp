@@ -9,6 +9,11 @@
 //                                    element-wise maps and sums through (op::cpu here)
 //   zero_bytes, fill, upload, read   the tape's own writes (new gradients, seeds, inputs copied
 //                                    from the host) and item()'s read
+//   tensor<T>, download              (optional: what nn modules need) storage the backend owns
+//                                    for as long as the object lives, made from a Shape (its
+//                                    contents unspecified), with data(), shape(), size() and a
+//                                    view() that is a TensorView<T> of its memory; and the copy
+//                                    of a view of the backend's memory into the host's
 //   host_memory                      whether the host may touch its memory directly: only ops
 //                                    that declare context_only run on a backend where it may not
 // backend::host is today's engine: host memory (precis::Arena) and op::cpu.
@@ -492,6 +497,19 @@ struct host {
   template <class S>
   static S read(const S* p) {
     return *p;
+  }
+
+  /// What nn modules keep their parameters and gradients in.
+  template <class T>
+  using tensor = Tensor<T>;
+  /// to (host memory) = from (this backend's), same shape and storage.
+  template <class S>
+  static void download(const TensorView<const S>& from, const TensorView<S>& to) {
+    if (from.shape() != to.shape()) {
+      throw shape_error("precis::backend::host::download: " + from.shape().str() + " into " + to.shape().str() +
+                        "; expected equal shapes");
+    }
+    detail::copy_view(from, to);
   }
 };
 

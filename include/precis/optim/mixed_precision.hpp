@@ -63,6 +63,9 @@ class MixedPrecisionOptimizer {
   using compute_type = default_compute_t<master_type>;
   using parameter = nn::Parameter<param_type, grad_type>;
   static constexpr bool has_masters = !std::is_same_v<param_type, master_type>;
+  static_assert(backend_t<P>::host_memory,
+                "precis::optim::MixedPrecisionOptimizer updates parameters in host memory; for a policy on the "
+                "device (precis::cuda::on_device<P>) use precis::cuda::MixedPrecisionOptimizer");
 
   // What the rule lacks, one member at a time (optimizers.hpp shows a whole rule).
   static_assert(detail::rule_has_state_count<Rule>,
