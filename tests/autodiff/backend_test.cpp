@@ -192,6 +192,21 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::zero_bytes(p, n);
   }
+  template <class Acc, op::reduction R, class X, class O>
+  void reduce(const char* op, const TensorView<const X>& x, bool whole, int axis, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::reduce<Acc, R>(op, x, whole, axis, y);
+  }
+  template <class Acc, bool Log, class X, class O>
+  void softmax(const char* op, const TensorView<const X>& x, int axis, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::softmax<Acc, Log>(op, x, axis, y);
+  }
+  template <class Acc, bool Log, class G, class O>
+  void softmax_sums(const TensorView<const G>& g, const TensorView<const O>& y, int axis, const TensorView<Acc>& s) const {
+    fence::open o;
+    op::cpu::softmax_sums<Acc, Log>(g, y, axis, s);
+  }
   const std::int64_t* labels(std::span<const std::int64_t> l, bool for_backward) const {
     fence::open o;
     return op::cpu::labels(l, for_backward);
@@ -442,6 +457,74 @@ TEST(Backend, BorrowedLabelsAreCountedAndAnOutOfRangeOneGivesNaNInItsRow) {
   } catch (const shape_error& e) {
     EXPECT_NE(std::string(e.what()).find("precis::cross_entropy: logits [3, 4] and 2 borrowed labels"), std::string::npos) << e.what();
   }
+}
+
+// ---- the reductions, softmax and mse on a backend ----------------------------------------------
+
+namespace {
+
+/// x [6, 10] (an input with a gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of
+/// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
+/// over an axis and over everything, mse against a target: their sum, differentiated with seed 2.
+template <class P>
+auto run_reductions(Arena& params) {
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using GX = grad_storage_t<P, X>;
+  Tensor<S> wh(Shape{10, 10});
+  fill_uniform(wh, -0.5, 0.5, 31);
+  const TensorView<S> w(params.allocate_array<S>(100), Shape{10, 10});
+  const TensorView<G> gw(params.allocate_array<G>(100), Shape{10, 10});
+  backend_t<P>::upload(wh.view().as_const(), w);
+  backend_t<P>::zero_bytes(gw.data(), 100 * sizeof(G));
+  Tensor<X> x(Shape{6, 10}), target(Shape{6, 10});
+  fill_uniform(x, -1.0, 1.0, 32);
+  fill_uniform(target, 0.0, 0.2, 33);
+
+  step_result<G, GX> r;
+  Tape<P> tape;
+  auto xv = tape.input(x, true);
+  auto h = matmul(xv, tape.param(w, gw));
+  auto a = softmax(h, 1);
+  auto at = softmax(transpose(h), 0);
+  auto lp = log_softmax(h, 0);
+  auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
+              sum(sum(at, 1)) + norm(lp);
+  tape.backward(loss, 2.0);
+  r.loss = loss.item();
+  r.grads.push_back(host_copy(gw.as_const()));
+  r.input_grad = host_copy(xv.grad());
+  return r;
+}
+
+template <class P>
+void expect_fenced_reductions_match_host() {
+  fence::handler h;
+  Arena host_params, fenced_params(0, fence::source);
+  const auto on_host = run_reductions<P>(host_params);
+  const long before = fence::openings;
+  const auto fenced_run = run_reductions<fenced<P>>(fenced_params);
+  EXPECT_GT(fence::openings - before, 20) << "the fenced backend was barely used";
+  EXPECT_EQ(fenced_run.loss, on_host.loss);
+  EXPECT_TRUE(same_bits(fenced_run.grads[0], on_host.grads[0]));
+  EXPECT_TRUE(same_bits(fenced_run.input_grad, on_host.input_grad));
+  EXPECT_TRUE(std::isfinite(on_host.loss));
+}
+
+}  // namespace
+
+TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
+  expect_fenced_reductions_match_host<pol::named<"32-true">>();
+}
+TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+  expect_fenced_reductions_match_host<pol::named<"bf16-mixed">>();
+}
+TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+  expect_fenced_reductions_match_host<pol::named<"16-mixed">>();
+}
+TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
+  expect_fenced_reductions_match_host<pol::named<"64-true">>();
 }
 
 // ---- nn modules on a backend ---------------------------------------------------------------------

@@ -21,6 +21,11 @@
 //   value crosses at most 14 roundings into its storage on the way from a parameter to the loss
 //   and back, and every sum, at most 20 terms, may run in another order: 2 (14 u_storage +
 //   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory;
+// - sum, mean, norm, logsumexp (over an axis and over everything), softmax and log_softmax
+//   (along rows, columns and a transposed view) and mse on Tape<cuda::on_device<P>> (32-true,
+//   bf16-mixed, 64-true): loss and gradients within 2 (16 u_storage + 2 gamma_60(u_acc) +
+//   16 u_acc) of the host tape's (roundings into storage, another summation order, and exp
+//   and log within 2 ulps on each side);
 // - an nn::MLP on the device has the host module's initial bits, and one step's loss and
 //   gradients are within the tape's bound of the host's; zero_grad on a stream zeroes them;
 // - a whole training step (tape.reset, the forward of an nn::MLP with borrowed batch and labels,
@@ -342,6 +347,78 @@ void tape_on_device(const char* name) {
   check(dev.cap2 == dev.cap1, std::string(name) + " tape on device: the second step allocated device memory");
 }
 
+/// The reductions, softmax and mse on either tape: x [6, 10] (an input with a gradient) ->
+/// h = matmul(x, w [10, 10]) -> softmax along rows (of h and, strided, of its transpose),
+/// log_softmax along columns, logsumexp, norm, sum and mean over an axis and over everything,
+/// mse against a target; their sum differentiated with seed 2. Returns the loss, then w's and
+/// x's gradients.
+template <class P, bool Device>
+model_result run_reductions() {
+  using S = typename P::param_type;
+  using G = precis::grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using GX = precis::grad_storage_t<P, X>;
+  precis::Tensor<S> w(Shape{10, 10});
+  precis::fill_uniform(w, -0.5, 0.5, 31);
+  precis::Tensor<G> gw(Shape{10, 10});
+  pc::DeviceTensor<S> dw = pc::DeviceTensor<S>::from_host(w);
+  pc::DeviceTensor<G> dgw = pc::DeviceTensor<G>::from_host(gw);
+  precis::Tensor<X> x(Shape{6, 10}), target(Shape{6, 10});
+  precis::fill_uniform(x, -1.0, 1.0, 32);
+  precis::fill_uniform(target, 0.0, 0.2, 33);
+  model_result r;
+  precis::Tape<P> tape;
+  auto xv = tape.input(x, true);
+  auto wv = [&] {
+    if constexpr (Device) return tape.param(precis::TensorView<S>(dw.data(), dw.shape()), precis::TensorView<G>(dgw.data(), dgw.shape()));
+    else return tape.param(w.view(), gw.view());
+  }();
+  auto h = precis::matmul(xv, wv);
+  auto a = precis::softmax(h, 1);
+  auto at = precis::softmax(precis::transpose(h), 0);
+  auto lp = precis::log_softmax(h, 0);
+  auto loss = precis::mse(a, tape.input(target)) + precis::mean(lp) + precis::mean(precis::logsumexp(h, 1)) +
+              precis::sum(precis::norm(h, 1)) + precis::sum(precis::mean(h, 0)) + precis::sum(precis::sum(at, 1)) + precis::norm(lp);
+  tape.backward(loss, 2.0);
+  r.loss = loss.item();
+  const auto g = xv.grad();
+  precis::Tensor<GX> input_grad(g.shape());
+  if constexpr (Device) {
+    pc::check(cudaMemcpy(input_grad.data(), g.data(), sizeof(GX) * static_cast<std::size_t>(g.size()), cudaMemcpyDeviceToHost), "copy back");
+    r.grads.push_back(as_doubles(back(dgw)));
+  } else {
+    std::copy_n(g.data(), g.size(), input_grad.data());
+    r.grads.push_back(as_doubles(gw));
+  }
+  r.grads.push_back(as_doubles(input_grad));
+  return r;
+}
+
+/// run_reductions on the device against the host tape: each value crosses at most 16 roundings
+/// into its storage from w or x to the loss and back, every sum (at most 60 terms) may run in
+/// another order, and exp and log differ by at most 2 ulps of the accumulator on either side (4
+/// calls on a path): 2 (16 u_storage + 2 gamma_60(u_acc) + 16 u_acc), relative, normwise.
+template <class P>
+void reductions_on_device(const char* name) {
+  const auto host = run_reductions<P, false>();
+  const auto dev = run_reductions<pc::on_device<P>, true>();
+  const double us = std::max(precis::format_traits<typename P::activation_type>::unit_roundoff(),
+                             precis::format_traits<typename P::param_type>::unit_roundoff());
+  const double u = precis::format_traits<typename P::high_type>::unit_roundoff(), g60 = 60 * u / (1 - 60 * u);  // the accumulator's
+  const double tol = 2 * (16 * us + 2 * g60 + 16 * u);
+  check(std::fabs(dev.loss - host.loss) <= tol * std::fabs(host.loss),
+        std::string(name) + " reductions on device: loss " + std::to_string(dev.loss) + " vs the host's " + std::to_string(host.loss));
+  for (std::size_t i = 0; i < host.grads.size(); ++i) {
+    double d2 = 0, h2 = 0;
+    for (std::size_t j = 0; j < host.grads[i].size(); ++j) {
+      d2 += (dev.grads[i][j] - host.grads[i][j]) * (dev.grads[i][j] - host.grads[i][j]);
+      h2 += host.grads[i][j] * host.grads[i][j];
+    }
+    check(h2 > 0 && std::sqrt(d2 / h2) <= tol, std::string(name) + " reductions on device: gradient " + std::to_string(i) +
+                                                  " differs by " + std::to_string(std::sqrt(d2 / h2)) + " (bound " + std::to_string(tol) + ")");
+  }
+}
+
 /// An nn::MLP 48-32-10 on the device (its parameters in device memory) trained at batch 16 by
 /// the device optimizer made from it (SGD with momentum).
 template <class P>
@@ -493,6 +570,10 @@ int run_device() {
   tape_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   tape_on_device<precis::policy::named<"16-mixed">>("16-mixed");
   std::printf("Tape<cuda::on_device<P>>: a model of context-only ops matches the host tape's within its bound\n");
+  reductions_on_device<precis::policy::named<"32-true">>("32-true");
+  reductions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
+  reductions_on_device<precis::policy::named<"64-true">>("64-true");
+  std::printf("sum, mean, norm, logsumexp, softmax, log_softmax and mse on the device: within their bound of the host's\n");
   cudaStream_t stream;
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);

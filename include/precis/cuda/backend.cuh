@@ -39,6 +39,7 @@
 
 #include "precis/cuda/device.cuh"
 #include "precis/cuda/elementwise.cuh"
+#include "precis/cuda/fiber.cuh"
 #include "precis/cuda/gemm.cuh"
 #include "precis/cuda/loss.cuh"
 #include "precis/cuda/reduce.cuh"
@@ -277,6 +278,28 @@ class cuda : public fresh_tracking<cuda> {
     const bool fresh = take_fresh(gx);
     precis::cuda::cross_entropy_backward<R>(stream_, op, precis::cuda::device_view(gy), precis::cuda::device_view(x), labels, lse,
                                             precis::cuda::device_view(gx), fresh);
+  }
+
+  /// y = reduction R along `axis` or of all of x (precis::cuda::reduce_fibers: a block per
+  /// fiber, another order than op::cpu's pairwise sums); a strided x is made dense first.
+  template <class Acc, reduction R, class X, class O>
+  void reduce(const char* op, const TensorView<const X>& x, bool whole, int axis, const TensorView<O>& y) const {
+    const auto xd = as<X>(x, false);
+    precis::cuda::reduce_fibers<Acc, R>(stream_, op, precis::cuda::device_view(xd), whole, axis, precis::cuda::device_view(y));
+  }
+  /// y = softmax or log_softmax of x along `axis` (precis::cuda::softmax_fibers).
+  template <class Acc, bool Log, class X, class O>
+  void softmax(const char* op, const TensorView<const X>& x, int axis, const TensorView<O>& y) const {
+    const auto xd = as<X>(x, false);
+    precis::cuda::softmax_fibers<Acc, Log>(stream_, op, precis::cuda::device_view(xd), axis, precis::cuda::device_view(y));
+  }
+  /// softmax's backward sums (precis::cuda::softmax_sums), a block per fiber.
+  template <class Acc, bool Log, class G, class O>
+  void softmax_sums(const TensorView<const G>& g, const TensorView<const O>& y, int axis, const TensorView<Acc>& s) const {
+    const auto gd = as<G>(g, false);
+    const auto yd = as<O>(y, false);
+    precis::cuda::softmax_sums<Acc, Log>(stream_, "precis::softmax", precis::cuda::device_view(gd), precis::cuda::device_view(yd), axis,
+                                         precis::cuda::device_view(s));
   }
 
   /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).

@@ -114,6 +114,35 @@ void sum_to_shape(const TensorView<T>& acc, const TensorView<const T>& t) {
 }
 
 
+}  // namespace precis::detail::ad
+
+namespace precis::op {
+
+/// What a summing reduction computes per fiber, in the accumulator.
+enum class reduction { sum, mean, norm, logsumexp };
+
+}  // namespace precis::op
+
+namespace precis::detail::ad {
+
+/// The host's fiber of reduction R in Acc: sums pairwise; the norm scaled by a power of two
+/// (detail::norm2_fiber); logsumexp shifted by the fiber's maximum; the mean divides by `count`.
+template <class Acc, op::reduction R>
+auto reduce_fiber(index_t count) {
+  return [count](const auto* p, index_t len, index_t st) {
+    (void)count;  // only the mean divides by it
+    if constexpr (R == op::reduction::sum) {
+      return detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{});
+    } else if constexpr (R == op::reduction::mean) {
+      return Acc(detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{}) / Acc(static_cast<double>(count)));
+    } else if constexpr (R == op::reduction::norm) {
+      return detail::norm2_fiber<Acc>(p, len, st, summation::pairwise);
+    } else {
+      return detail::logsumexp_fiber<Acc>(p, len, st, summation::pairwise);
+    }
+  };
+}
+
 /// The GEMM level policy P allows: all of them, or with P::reproducible_gemm only those whose
 /// sums are bit-identical across levels (no vdpbf16ps or AMX, which flush denormals).
 template <class P>
@@ -375,6 +404,39 @@ class cpu : public fresh_tracking<cpu> {
         for (index_t j = 0; j < len; ++j) col.data()[c0 + j] += v[j];
       }
     }
+  }
+
+  /// y = reduction R of x's fibers along `axis` (y: x's shape without it), or of all of x into
+  /// the scalar y when `whole`, in Acc, rounded once into y's storage (reduce_fiber's order).
+  template <class Acc, reduction R, class X, class O>
+  void reduce(const char* op, const TensorView<const X>& x, bool whole, int axis, const TensorView<O>& y) const {
+    if (whole) {
+      detail::reduce_all_into<Acc>(op, x, y.data(), detail::ad::reduce_fiber<Acc, R>(x.size()));
+    } else {
+      detail::reduce_axis_into<Acc>(op, x, axis, y, detail::ad::reduce_fiber<Acc, R>(x.shape()[axis]));
+    }
+  }
+
+  /// y = softmax (Log = false) or log_softmax of x along `axis`: each fiber's maximum, its sum
+  /// of exponentials pairwise in Acc, each output rounded once into y's storage.
+  template <class Acc, bool Log, class X, class O>
+  void softmax(const char* op, const TensorView<const X>& x, int axis, const TensorView<O>& y) const {
+    detail::softmax_into<Acc, Log>(op, x, axis, y, summation::pairwise);
+  }
+  /// softmax's backward sums: s = the sum along `axis` of g y (softmax) or of g (log_softmax,
+  /// Log), a running sum in Acc per fiber (s: the shape without `axis`; g and y share strides).
+  template <class Acc, bool Log, class G, class O>
+  void softmax_sums(const TensorView<const G>& g, const TensorView<const O>& y, int axis, const TensorView<Acc>& s) const {
+    const index_t len = g.shape()[axis], st = g.strides()[axis];
+    detail::for_each_fiber(g, axis, s, false, [&](const G* p, Acc* o, index_t) {
+      const O* q = y.data() + (p - g.data());
+      Acc acc(0);
+      for (index_t k = 0; k < len; ++k) {
+        const Acc gv = detail::ad::ld<Acc>(p[k * st]);
+        acc += Log ? gv : Acc(gv * detail::ad::ld<Acc>(q[k * st]));
+      }
+      *o = acc;
+    });
   }
 
   /// n zero bytes at p (fresh_tracking's zeroing).

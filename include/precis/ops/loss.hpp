@@ -132,9 +132,22 @@ struct nll : def<policy::safety::needs_wide> {
   }
 };
 
+namespace fn_ {
+/// (a - b)^2, and mse's gradients c g (a - b) with c = 2 / n (its negation for the target).
+struct squared_difference {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& a, const T& b) const { return T((a - b) * (a - b)); }
+};
+template <class T>
+struct d_mse {
+  T c;
+  PRECIS_HOST_DEVICE T operator()(const T& g, const T& a, const T& b) const { return T(c * g * (a - b)); }
+};
+}  // namespace fn_
+
 /// Mean of (pred - target)^2 over all elements.
 struct mse : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "mse";
   static constexpr std::string_view reason = "squared differences overflow fp16 above 255.9, then a mean over all elements";
 
@@ -143,14 +156,16 @@ struct mse : def<policy::safety::needs_wide> {
     if (p.numel() == 0) throw shape_error("precis::mse: prediction " + p.str() + " is empty; expected at least one element");
     return Shape{};
   }
+  /// The squares computed in the arithmetic type and kept in the accumulator, their mean summed
+  /// pairwise there.
   template <class T, class Ctx, class O, class SP, class ST>
   static void forward(const Ctx& ctx, const attrs&, const TensorView<O>& y, saved<T>&, const TensorView<const SP>& p,
                       const TensorView<const ST>& t) {
     using Acc = typename T::accumulator;
     using R = typename T::arithmetic;
     const auto sq = ctx.template temp<Acc>(p.shape());
-    map_into<R>("precis::mse", sq, [](const R& a, const R& b) { return R((a - b) * (a - b)); }, p, t);
-    *y.data() = detail::store<O>(detail::ad::mean_of(sq.data(), sq.size()));
+    ctx.template map_into<R>("precis::mse", sq, fn_::squared_difference{}, p, t);
+    ctx.template reduce<Acc, reduction::mean>("precis::mse", sq.as_const(), true, 0, y);
   }
   template <class T, class Ctx, class G, class O, class SP, class ST, class GP, class GT>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -160,14 +175,8 @@ struct mse : def<policy::safety::needs_wide> {
     const auto& [p, t] = in;
     const R c = R(2) / R(static_cast<double>(p.size()));
     const TensorView<const G> g(gy.data(), Shape{});
-    if (std::get<0>(gin).data()) {
-      ctx.template accumulate<R>("precis::mse", std::get<0>(gin), [c](const R& gg, const R& a, const R& b) { return R(c * gg * (a - b)); },
-                                g, p, t);
-    }
-    if (std::get<1>(gin).data()) {
-      ctx.template accumulate<R>("precis::mse", std::get<1>(gin),
-                                [c](const R& gg, const R& a, const R& b) { return R(-c * gg * (a - b)); }, g, p, t);
-    }
+    if (std::get<0>(gin).data()) ctx.template accumulate<R>("precis::mse", std::get<0>(gin), fn_::d_mse<R>{c}, g, p, t);
+    if (std::get<1>(gin).data()) ctx.template accumulate<R>("precis::mse", std::get<1>(gin), fn_::d_mse<R>{R(-c)}, g, p, t);
   }
 };
 

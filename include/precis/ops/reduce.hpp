@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "precis/ops/op.hpp"
@@ -48,15 +49,24 @@ void select_along(const TensorView<const S>& x, int axis, F&& f) {
 
 namespace precis::op {
 
-/// What a summing reduction computes per fiber, in the accumulator Acc.
-enum class reduction { sum, mean, norm, logsumexp };
+namespace fn_ {
+/// A reduction's derivative D(g, x, y, count) in the gradient's arithmetic (count: the
+/// fiber's length, exact in T).
+template <class D, class T>
+struct d_reduce {
+  T count;
+  PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T& y) const { return D{}(g, x, y, count); }
+};
+}  // namespace fn_
 
 /// A summing reduction over one axis (attrs.all = false) or over every element (true). Its
-/// forward sums in the accumulator (pairwise); its backward is element-wise: the output's
-/// gradient times D(x, y), broadcast back over the reduced axis, in the arithmetic type.
+/// forward sums in the accumulator (ctx.reduce: pairwise on the host); its backward is
+/// element-wise: the output's gradient times D(x, y), broadcast back over the reduced axis, in
+/// the arithmetic type.
 template <class Op, reduction R, class D>
 struct reduce_def : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   struct attrs {
     int axis = 0;
     bool all = true;
@@ -71,31 +81,11 @@ struct reduce_def : def<policy::safety::needs_wide> {
     }
     return a.all ? Shape{} : x.erased(ax);
   }
-  template <class Acc>
-  static auto fiber(index_t count) {
-    return [count](const auto* p, index_t len, index_t st) {
-      (void)count;  // only the mean divides by it
-      if constexpr (R == reduction::sum) {
-        return detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{});
-      } else if constexpr (R == reduction::mean) {
-        return Acc(detail::sum_fiber<Acc>(p, len, st, summation::pairwise, std::identity{}) / Acc(static_cast<double>(count)));
-      } else if constexpr (R == reduction::norm) {
-        return detail::norm2_fiber<Acc>(p, len, st, summation::pairwise);
-      } else {
-        return detail::logsumexp_fiber<Acc>(p, len, st, summation::pairwise);
-      }
-    };
-  }
   template <class T, class Ctx, class O, class X>
-  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    using Acc = typename T::accumulator;
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
     const char* name = detail::ad::name_of<Op>();
-    if (a.all) {
-      detail::reduce_all_into<Acc>(name, x, y.data(), fiber<Acc>(x.size()));
-    } else {
-      const int ax = normalize_axis(a.axis, x.rank(), name);
-      detail::reduce_axis_into<Acc>(name, x, ax, y, fiber<Acc>(x.shape()[ax]));
-    }
+    const int ax = a.all ? 0 : normalize_axis(a.axis, x.rank(), name);
+    ctx.template reduce<typename T::accumulator, R>(name, x, a.all, ax, y);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>& y,
@@ -107,25 +97,34 @@ struct reduce_def : def<policy::safety::needs_wide> {
     const int ax = a.all ? 0 : normalize_axis(a.axis, xs.rank(), detail::ad::name_of<Op>());
     const Shape s = a.all ? Shape{} : detail::ad::keep_axis(xs, ax);
     const A count = A(static_cast<double>(a.all ? xs.numel() : xs[ax]));  // exact in A
-    ctx.template accumulate<A>(detail::ad::name_of<Op>(), g,
-                              [count](const A& gg, const A& xv, const A& yv) { return D{}(gg, xv, yv, count); },
-                              TensorView<const G>(gy.data(), s), std::get<0>(x), TensorView<const O>(y.data(), s));
+    ctx.template accumulate<A>(detail::ad::name_of<Op>(), g, fn_::d_reduce<D, A>{count}, TensorView<const G>(gy.data(), s),
+                              std::get<0>(x), TensorView<const O>(y.data(), s));
   }
 };
 
 namespace fn_ {
-struct d_sum { template <class T> T operator()(const T& g, const T&, const T&, const T&) const { return g; } };
-struct d_mean { template <class T> T operator()(const T& g, const T&, const T&, const T& n) const { return g / n; } };
+struct d_sum { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T&, const T&) const { return g; } };
+struct d_mean { template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T&, const T&, const T& n) const { return g / n; } };
 /// d||x|| / dx = x / ||x|| (0 at x = 0).
 struct d_norm {
-  template <class T> T operator()(const T& g, const T& x, const T& y, const T&) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T& y, const T&) const {
     return y == T(0) ? T(0) : T(g * x / y);
   }
 };
 struct d_logsumexp {
-  template <class T> T operator()(const T& g, const T& x, const T& y, const T&) const {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& x, const T& y, const T&) const {
     using std::exp;
     return g * exp(x - y);
+  }
+};
+/// softmax's gradient y (g - s) and log_softmax's g - exp(y) s (s: the fiber's backward sum).
+struct d_softmax {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& y, const T& s) const { return T(y * (g - s)); }
+};
+struct d_log_softmax {
+  template <class T> PRECIS_HOST_DEVICE T operator()(const T& g, const T& y, const T& s) const {
+    using std::exp;
+    return T(g - exp(y) * s);
   }
 };
 }  // namespace fn_
@@ -155,6 +154,7 @@ struct logsumexp : reduce_def<logsumexp, reduction::logsumexp, fn_::d_logsumexp>
 template <class Op, bool Log>
 struct softmax_def : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   struct attrs {
     int axis = -1;
   };
@@ -164,8 +164,9 @@ struct softmax_def : def<policy::safety::needs_wide> {
     return x;
   }
   template <class T, class Ctx, class O, class X>
-  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    detail::softmax_into<typename T::accumulator, Log>(detail::ad::name_of<Op>(), x, a.axis, y, summation::pairwise);
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+    const char* name = detail::ad::name_of<Op>();
+    ctx.template softmax<typename T::accumulator, Log>(name, x, normalize_axis(a.axis, x.rank(), name), y);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& g, const TensorView<const O>& y,
@@ -175,27 +176,11 @@ struct softmax_def : def<policy::safety::needs_wide> {
     using A = typename T::arithmetic;
     const int axis = normalize_axis(a.axis, y.rank(), detail::ad::name_of<Op>());
     const auto s = ctx.template temp<Acc>(y.shape().erased(axis));
-    // s = sum over the axis of g y (softmax) or of g (log_softmax)
-    const index_t len = g.shape()[axis], st = g.strides()[axis];
-    detail::for_each_fiber(g, axis, s, false, [&](const G* p, Acc* o, index_t) {
-      const O* q = y.data() + (p - g.data());
-      Acc acc(0);
-      for (index_t k = 0; k < len; ++k) {
-        const Acc gv = detail::ad::ld<Acc>(p[k * st]);
-        acc += Log ? gv : Acc(gv * detail::ad::ld<Acc>(q[k * st]));
-      }
-      *o = acc;
-    });
+    ctx.template softmax_sums<Acc, Log>(g, y, axis, s);  // sum over the axis of g y (softmax) or of g (log_softmax)
     const TensorView<const Acc> sb(s.data(), detail::ad::keep_axis(y.shape(), axis));
-    if constexpr (Log) {  // dx = g - softmax * sum(g)
-      ctx.template accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx), [](const A& gg, const A& yy, const A& ss) {
-        using std::exp;
-        return A(gg - exp(yy) * ss);
-      }, g, y, sb);
-    } else {  // dx = y (g - sum(g y))
-      ctx.template accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx),
-                                [](const A& gg, const A& yy, const A& ss) { return A(yy * (gg - ss)); }, g, y, sb);
-    }
+    // softmax: dx = y (g - s); log_softmax: dx = g - softmax s
+    ctx.template accumulate<A>(detail::ad::name_of<Op>(), std::get<0>(gx),
+                              std::conditional_t<Log, fn_::d_log_softmax, fn_::d_softmax>{}, g, y, sb);
   }
 };
 

@@ -109,13 +109,15 @@ void push_all(Summer& sm, const Acc* x, index_t n) {
 template <class Acc, class S, class F>
 Acc sum_fiber(const S* p, index_t n, index_t st, summation alg, F f) {
   std::array<Acc, chunk> buf;
+  // asked here, not inside the generic lambda below, where nvcc's front end answers it wrongly
+  constexpr bool has_bulk = requires(const F& g, Acc* b, index_t k) { g.bulk(b, k); };
   auto run = [&](auto& sm) {
     for (index_t c0 = 0; c0 < n; c0 += chunk) {
       const index_t m = std::min(chunk, n - c0);
       const Acc* x = load_run<Acc>(p + c0 * st, m, st, buf.data());
       if constexpr (!std::is_same_v<F, std::identity>) {
         if (x != buf.data()) std::copy_n(x, m, buf.data());
-        if constexpr (requires { f.bulk(buf.data(), m); }) {
+        if constexpr (has_bulk) {
           f.bulk(buf.data(), m);
         } else {
           for (index_t i = 0; i < m; ++i) buf[static_cast<std::size_t>(i)] = f(buf[static_cast<std::size_t>(i)]);

@@ -191,12 +191,12 @@ __device__ __forceinline__ W activate(activation a, W x) {
     case activation::relu: return x < W(0) ? W(0) : x;  // NaN passes through
     case activation::gelu:
       if constexpr (std::is_same_v<W, float>) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-      else return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+      else return 0.5 * x * (1.0 + ::erf(x * 0.70710678118654752440));
     case activation::gelu_tanh:
       if constexpr (std::is_same_v<W, float>) {
         return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
       } else {
-        return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+        return 0.5 * x * (1.0 + ::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));  // ::, not precis::tanh
       }
   }
   return x;

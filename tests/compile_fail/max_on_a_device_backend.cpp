@@ -1,5 +1,5 @@
-// softmax on a backend whose memory the host cannot touch: its definition reads rows in its own
-// loops, not through its context, so recording it there is refused at compile time.
+// max along an axis on a backend whose memory the host cannot touch: its definition selects in
+// its own loops, not through its context, so recording it there is refused at compile time.
 #include <precis/precis.hpp>
 
 struct device_like : precis::backend::host {
@@ -12,6 +12,6 @@ struct on_device_like : precis::policy::named<"32-true"> {
 int main() {
   precis::Tape<on_device_like> tape;
   precis::Tensor<float> x({2, 3});
-  auto y = softmax(tape.input(x, true), 1);
+  auto y = max(tape.input(x, true), 1);
   return static_cast<int>(y.size());
 }

@@ -1,0 +1,242 @@
+// Reductions along an axis on the device, as the op layer's reductions and softmax compute them
+// (precis/ops/reduce.hpp, op::cpu::reduce / softmax / softmax_sums): sum, mean, the Euclidean
+// norm (scaled by a power of two so the squares neither overflow nor underflow), logsumexp
+// (shifted by the maximum), softmax and log_softmax, and softmax's backward sums, each fiber's
+// arithmetic in the accumulator Acc (float or double) and each output rounded once into its
+// format. Include only from .cu translation units.
+//
+//   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
+//   precis::cuda::softmax_fibers<float, false>(stream, "precis::softmax", x, 1, y);
+//
+// Every fiber is one block's: thread t takes the elements t, t + threads, t + 2 threads, ... in
+// order, the 32 lanes of each warp combine by a butterfly, then the warps' results are combined
+// in warp order. The order depends only on the shapes, so a result has the same bits on every
+// run; a sum of m terms goes through at most ceil(m / threads) + 5 + 7 additions (gamma of that
+// times the sum of magnitudes; Higham 2002, 4.2), where the host sums pairwise. Inputs are
+// dense (the context makes a strided one dense first); outputs are dense.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "precis/cuda/elementwise.cuh"
+#include "precis/ops/cpu.hpp"
+
+namespace precis::cuda {
+
+namespace fiber_detail {
+
+/// Fibers of a dense tensor around one axis: fiber f starts at (f / inner) len inner + f % inner
+/// and its elements are `inner` apart; fibers are numbered in the row-major order of the other
+/// axes (so a dense output of the shape without the axis has fiber f at f).
+struct layout {
+  index_t fibers = 1, len = 1, inner = 1;
+};
+
+__device__ inline index_t start(const layout& l, index_t f) { return (f / l.inner) * l.len * l.inner + f % l.inner; }
+
+struct add_op {
+  template <class T>
+  __device__ T operator()(const T& a, const T& b) const {
+    return a + b;
+  }
+};
+/// The larger; a NaN wins (it propagates, as in the host's maximum).
+struct max_op {
+  template <class T>
+  __device__ T operator()(const T& a, const T& b) const {
+    return b > a || b != b ? b : a;
+  }
+};
+
+/// v combined over the block by op, the same value on every thread: a butterfly within each
+/// warp, then the warps' results in warp order. shared: 32 elements; blockDim.x a multiple of 32.
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T* shared) {
+  for (int w = 16; w > 0; w /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, w));
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  __syncthreads();  // every thread has read the previous call's results
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T r = shared[0];
+  for (int i = 1; i < static_cast<int>(blockDim.x / 32); ++i) r = op(r, shared[i]);
+  return r;
+}
+
+template <class Acc>
+__device__ Acc fiber_sum(const auto* p, const layout& l, Acc* shared) {
+  Acc s = 0;
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += ew_detail::load<Acc>(p + k * l.inner);
+  return block_reduce(s, add_op{}, shared);
+}
+template <class Acc>
+__device__ Acc fiber_max(const auto* p, const layout& l, Acc* shared) {
+  Acc m = -static_cast<Acc>(INFINITY);
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) m = max_op{}(m, ew_detail::load<Acc>(p + k * l.inner));
+  return block_reduce(m, max_op{}, shared);
+}
+/// sum of exp(x - m) over the fiber.
+template <class Acc>
+__device__ Acc fiber_exp_sum(const auto* p, const layout& l, Acc m, Acc* shared) {
+  Acc s = 0;
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += ::exp(Acc(ew_detail::load<Acc>(p + k * l.inner) - m));
+  return block_reduce(s, add_op{}, shared);
+}
+
+template <class Acc, op::reduction R, class X, class O>
+__global__ void reduce_kernel(const X* x, layout l, O* y) {
+  __shared__ Acc shared[32];
+  for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
+    const X* p = x + start(l, f);
+    Acc r;
+    if constexpr (R == op::reduction::sum) {
+      r = fiber_sum<Acc>(p, l, shared);
+    } else if constexpr (R == op::reduction::mean) {
+      r = Acc(fiber_sum<Acc>(p, l, shared) / static_cast<Acc>(l.len));
+    } else if constexpr (R == op::reduction::logsumexp) {
+      const Acc m = fiber_max<Acc>(p, l, shared);
+      const bool finite = m == m && m != static_cast<Acc>(INFINITY) && m != -static_cast<Acc>(INFINITY);
+      // NaN, +inf, or -inf (every element -inf): the maximum is the result (the block agrees)
+      r = finite ? Acc(m + ::log(fiber_exp_sum<Acc>(p, l, m, shared))) : m;
+    } else {  // the norm: the largest magnitude, then the squares scaled by 2^k near 1 / it
+      Acc amax = 0;
+      for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) amax = max_op{}(amax, Acc(::fabs(ew_detail::load<Acc>(p + k * l.inner))));
+      amax = block_reduce(amax, max_op{}, shared);
+      if (amax == Acc(0) || amax != amax || amax == static_cast<Acc>(INFINITY)) {
+        r = amax;
+      } else {
+        int e = 0;
+        (void)::frexp(static_cast<double>(amax), &e);
+        constexpr int lo = std::is_same_v<Acc, float> ? -126 : -1022, hi = std::is_same_v<Acc, float> ? 127 : 1023;
+        const Acc scale = static_cast<Acc>(::ldexp(1.0, ::min(::max(-e, lo), hi)));
+        Acc s = 0;
+        for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
+          const Acc v = Acc(ew_detail::load<Acc>(p + k * l.inner) * scale);
+          s += v * v;
+        }
+        r = Acc(::sqrt(block_reduce(s, add_op{}, shared)) / scale);
+      }
+    }
+    if (threadIdx.x == 0) ew_detail::store(y + f, r);
+  }
+}
+
+template <class Acc, bool Log, class X, class O>
+__global__ void softmax_kernel(const X* x, layout l, O* y) {
+  __shared__ Acc shared[32];
+  for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
+    const index_t s0 = start(l, f);
+    const X* p = x + s0;
+    const Acc m = fiber_max<Acc>(p, l, shared);
+    const Acc s = fiber_exp_sum<Acc>(p, l, m, shared);
+    const Acc ls = ::log(s);
+    for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
+      const Acc v = ew_detail::load<Acc>(p + k * l.inner);
+      ew_detail::store(y + s0 + k * l.inner, Log ? Acc(Acc(v - m) - ls) : Acc(::exp(Acc(v - m)) / s));
+    }
+  }
+}
+
+template <class Acc, bool Log, class G, class O>
+__global__ void softmax_sums_kernel(const G* g, const O* y, layout l, Acc* out) {
+  __shared__ Acc shared[32];
+  for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
+    const index_t s0 = start(l, f);
+    Acc a = 0;
+    for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
+      const Acc gv = ew_detail::load<Acc>(g + s0 + k * l.inner);
+      a += Log ? gv : Acc(gv * ew_detail::load<Acc>(y + s0 + k * l.inner));
+    }
+    a = block_reduce(a, add_op{}, shared);
+    if (threadIdx.x == 0) out[f] = a;
+  }
+}
+
+template <class S>
+bool dense(const DeviceView<S>& v) {
+  return v.strides() == contiguous_strides(v.shape());
+}
+
+/// The fibers of x (dense) along `axis`, or of all of x as one fiber (`whole`).
+template <class X>
+layout fibers_of(const char* op, const DeviceView<X>& x, bool whole, int axis) {
+  if (!dense(x)) {
+    throw shape_error(std::string(op) + ": a device reduction of an input of shape " + x.shape().str() + " and strides " +
+                      x.strides().str() + "; expected a dense input");
+  }
+  layout l;
+  if (whole) {
+    l.len = x.size();
+    return l;
+  }
+  const int a = normalize_axis(axis, x.rank(), op);
+  l.fibers = 1;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (d < a) l.fibers *= x.shape()[d];
+    if (d > a) l.inner *= x.shape()[d];
+  }
+  l.fibers *= l.inner;
+  l.len = x.shape()[a];
+  return l;
+}
+
+/// A block per fiber, as many threads as the fiber has elements up to 256 (a multiple of 32).
+inline std::pair<unsigned, unsigned> grid(const layout& l) {
+  const auto threads = static_cast<unsigned>(std::min<index_t>(256, std::max<index_t>(32, (l.len + 31) / 32 * 32)));
+  return {static_cast<unsigned>(std::min<index_t>(l.fibers, 65535)), threads};
+}
+
+}  // namespace fiber_detail
+
+/// y = reduction R of x's fibers along `axis` (y dense, x's shape without it), or of all of x
+/// into one element (`whole`), in Acc, rounded once into y's format; on `stream`. x dense.
+template <class Acc, op::reduction R, class X, class O>
+void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, bool whole, int axis, const DeviceView<O>& y) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::reduce_fibers: Acc is float or double");
+  const auto l = fiber_detail::fibers_of(op, x, whole, axis);
+  if (l.len == 0 || y.size() != l.fibers || !fiber_detail::dense(y)) {
+    throw shape_error(std::string(op) + ": a device reduction of " + x.shape().str() + " into " + y.shape().str() +
+                      "; expected a non-empty fiber and a dense output of one element per fiber");
+  }
+  if (l.fibers == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(l);
+  fiber_detail::reduce_kernel<Acc, R><<<blocks, threads, 0, stream>>>(x.data(), l, y.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the reduction kernel");
+}
+
+/// y = softmax (Log = false) or log_softmax of x along `axis` (x and y dense, the same shape),
+/// in Acc, each output rounded once into y's format; on `stream`.
+template <class Acc, bool Log, class X, class O>
+void softmax_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, int axis, const DeviceView<O>& y) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::softmax_fibers: Acc is float or double");
+  const auto l = fiber_detail::fibers_of(op, x, false, axis);
+  if (y.shape() != x.shape() || !fiber_detail::dense(y)) {
+    throw shape_error(std::string(op) + ": a device softmax of " + x.shape().str() + " into " + y.shape().str() +
+                      "; expected a dense output of the same shape");
+  }
+  if (l.fibers == 0 || l.len == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(l);
+  fiber_detail::softmax_kernel<Acc, Log><<<blocks, threads, 0, stream>>>(x.data(), l, y.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the softmax kernel");
+}
+
+/// s = the sum along `axis` of g y (softmax) or of g (log_softmax, Log) per fiber, in Acc (g
+/// and y dense, the same shape; s dense, the shape without `axis`); on `stream`.
+template <class Acc, bool Log, class G, class O>
+void softmax_sums(cudaStream_t stream, const char* op, const DeviceView<G>& g, const DeviceView<O>& y, int axis, const DeviceView<Acc>& s) {
+  const auto l = fiber_detail::fibers_of(op, g, false, axis);
+  if (y.shape() != g.shape() || !fiber_detail::dense(y) || s.size() != l.fibers || !fiber_detail::dense(s)) {
+    throw shape_error(std::string(op) + ": softmax's backward sums of " + g.shape().str() + " and " + y.shape().str() + " into " +
+                      s.shape().str() + "; expected dense operands of one shape and one sum per fiber");
+  }
+  if (l.fibers == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(l);
+  fiber_detail::softmax_sums_kernel<Acc, Log><<<blocks, threads, 0, stream>>>(g.data(), y.data(), l, s.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the softmax backward sums' kernel");
+}
+
+}  // namespace precis::cuda
