@@ -202,6 +202,19 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::softmax<Acc, Log>(op, x, axis, y);
   }
+  template <class Acc, class R, class X, class G, class B, class O>
+  void layer_norm_forward(const TensorView<const X>& x, const TensorView<const G>& gamma, const TensorView<const B>& beta, double eps,
+                          Acc* stats, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::layer_norm_forward<Acc, R>(x, gamma, beta, eps, stats, y);
+  }
+  template <class Acc, class R, class X, class GY, class G, class GX>
+  void layer_norm_backward(const TensorView<const X>& x, const TensorView<const GY>& gy, const TensorView<const G>& gamma,
+                           const Acc* stats, const TensorView<GX>& gx, const TensorView<Acc>& dgamma,
+                           const TensorView<Acc>& dbeta) const {
+    fence::open o;
+    op::cpu::layer_norm_backward<Acc, R>(x, gy, gamma, stats, gx, dgamma, dbeta);
+  }
   template <class Acc, bool Log, class G, class O>
   void softmax_sums(const TensorView<const G>& g, const TensorView<const O>& y, int axis, const TensorView<Acc>& s) const {
     fence::open o;
@@ -459,41 +472,48 @@ TEST(Backend, BorrowedLabelsAreCountedAndAnOutOfRangeOneGivesNaNInItsRow) {
   }
 }
 
-// ---- the reductions, softmax and mse on a backend ----------------------------------------------
+// ---- the reductions, softmax, layer_norm and mse on a backend ------------------------------------
 
 namespace {
 
 /// x [6, 10] (an input with a gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of
 /// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
-/// over an axis and over everything, mse against a target: their sum, differentiated with seed 2.
+/// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target: their
+/// sum, differentiated with seed 2.
 template <class P>
 auto run_reductions(Arena& params) {
   using S = typename P::param_type;
   using G = grad_storage_t<P, S>;
   using X = typename P::activation_type;
   using GX = grad_storage_t<P, X>;
-  Tensor<S> wh(Shape{10, 10});
-  fill_uniform(wh, -0.5, 0.5, 31);
-  const TensorView<S> w(params.allocate_array<S>(100), Shape{10, 10});
-  const TensorView<G> gw(params.allocate_array<G>(100), Shape{10, 10});
-  backend_t<P>::upload(wh.view().as_const(), w);
-  backend_t<P>::zero_bytes(gw.data(), 100 * sizeof(G));
+  const std::vector<Shape> shapes{{10, 10}, {10}, {10}};
+  std::vector<param<S, G>> ps;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Tensor<S> v(shapes[i]);
+    fill_uniform(v, i == 1 ? 0.5 : -0.5, i == 1 ? 1.5 : 0.5, 31 + i);
+    const auto n = static_cast<std::size_t>(shapes[i].numel());
+    param<S, G> p{TensorView<S>(params.allocate_array<S>(n), shapes[i]), TensorView<G>(params.allocate_array<G>(n), shapes[i])};
+    backend_t<P>::upload(v.view().as_const(), p.value);
+    backend_t<P>::zero_bytes(p.grad.data(), n * sizeof(G));
+    ps.push_back(p);
+  }
   Tensor<X> x(Shape{6, 10}), target(Shape{6, 10});
-  fill_uniform(x, -1.0, 1.0, 32);
-  fill_uniform(target, 0.0, 0.2, 33);
+  fill_uniform(x, -1.0, 1.0, 34);
+  fill_uniform(target, 0.0, 0.2, 35);
 
   step_result<G, GX> r;
   Tape<P> tape;
   auto xv = tape.input(x, true);
-  auto h = matmul(xv, tape.param(w, gw));
+  auto h = matmul(xv, tape.param(ps[0].value, ps[0].grad));
   auto a = softmax(h, 1);
   auto at = softmax(transpose(h), 0);
   auto lp = log_softmax(h, 0);
+  auto ln = layer_norm(h, tape.param(ps[1].value, ps[1].grad), tape.param(ps[2].value, ps[2].grad));
   auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
-              sum(sum(at, 1)) + norm(lp);
+              sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
-  r.grads.push_back(host_copy(gw.as_const()));
+  for (const auto& p : ps) r.grads.push_back(host_copy(p.grad.as_const()));
   r.input_grad = host_copy(xv.grad());
   return r;
 }
@@ -507,23 +527,24 @@ void expect_fenced_reductions_match_host() {
   const auto fenced_run = run_reductions<fenced<P>>(fenced_params);
   EXPECT_GT(fence::openings - before, 20) << "the fenced backend was barely used";
   EXPECT_EQ(fenced_run.loss, on_host.loss);
-  EXPECT_TRUE(same_bits(fenced_run.grads[0], on_host.grads[0]));
+  ASSERT_EQ(fenced_run.grads.size(), on_host.grads.size());
+  for (std::size_t i = 0; i < on_host.grads.size(); ++i) EXPECT_TRUE(same_bits(fenced_run.grads[i], on_host.grads[i])) << "parameter " << i;
   EXPECT_TRUE(same_bits(fenced_run.input_grad, on_host.input_grad));
   EXPECT_TRUE(std::isfinite(on_host.loss));
 }
 
 }  // namespace
 
-TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
+TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
   expect_fenced_reductions_match_host<pol::named<"32-true">>();
 }
-TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"bf16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
+TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
   expect_fenced_reductions_match_host<pol::named<"64-true">>();
 }
 

@@ -302,6 +302,24 @@ class cuda : public fresh_tracking<cuda> {
                                          precis::cuda::device_view(s));
   }
 
+  /// Layer normalization's rows (precis::cuda::layer_norm_forward: a block per row).
+  template <class Acc, class R, class X, class G, class B, class O>
+  void layer_norm_forward(const TensorView<const X>& x, const TensorView<const G>& gamma, const TensorView<const B>& beta, double eps,
+                          Acc* stats, const TensorView<O>& y) const {
+    precis::cuda::layer_norm_forward<Acc, R>(stream_, precis::cuda::device_view(x), precis::cuda::device_view(gamma),
+                                             precis::cuda::device_view(beta), eps, stats, precis::cuda::device_view(y));
+  }
+  /// Layer normalization's backward (precis::cuda::layer_norm_backward); gx assigned when fresh.
+  template <class Acc, class R, class X, class GY, class G, class GX>
+  void layer_norm_backward(const TensorView<const X>& x, const TensorView<const GY>& gy, const TensorView<const G>& gamma,
+                           const Acc* stats, const TensorView<GX>& gx, const TensorView<Acc>& dgamma,
+                           const TensorView<Acc>& dbeta) const {
+    const bool fresh = gx.data() != nullptr && take_fresh(gx);
+    precis::cuda::layer_norm_backward<Acc, R>(stream_, precis::cuda::device_view(x), precis::cuda::device_view(gy),
+                                              precis::cuda::device_view(gamma), stats, precis::cuda::device_view(gx), fresh,
+                                              dgamma.data(), dbeta.data());
+  }
+
   /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).
   void zero_bytes(void* p, std::size_t n) const {
     precis::cuda::check(cudaMemsetAsync(p, 0, n, stream_), "precis::op::cuda: cudaMemsetAsync of " + std::to_string(n) + " bytes");

@@ -1,8 +1,9 @@
-// Reductions along an axis on the device, as the op layer's reductions and softmax compute them
-// (precis/ops/reduce.hpp, op::cpu::reduce / softmax / softmax_sums): sum, mean, the Euclidean
-// norm (scaled by a power of two so the squares neither overflow nor underflow), logsumexp
-// (shifted by the maximum), softmax and log_softmax, and softmax's backward sums, each fiber's
-// arithmetic in the accumulator Acc (float or double) and each output rounded once into its
+// Reductions along an axis on the device, as the op layer's reductions, softmax and layer norm
+// compute them (precis/ops/reduce.hpp and norm.hpp; op::cpu::reduce / softmax / softmax_sums /
+// layer_norm_forward / layer_norm_backward): sum, mean, the Euclidean norm (scaled by a power
+// of two so the squares neither overflow nor underflow), logsumexp (shifted by the maximum),
+// softmax and log_softmax, softmax's backward sums, and layer normalization's rows, each
+// fiber's sums in the accumulator Acc (float or double) and each output rounded once into its
 // format. Include only from .cu translation units.
 //
 //   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
@@ -156,6 +157,82 @@ __global__ void softmax_sums_kernel(const G* g, const O* y, layout l, Acc* out) 
   }
 }
 
+/// Layer normalization's forward, a block per row of d: the mean and the biased variance in
+/// Acc, rstd = 1 / sqrt(var + eps) in R (kept with the mean in stats), y in R rounded once.
+template <class Acc, class R, class X, class G, class B, class O>
+__global__ void layer_norm_forward_kernel(const X* x, index_t rows, index_t d, const G* gamma, index_t gs, const B* beta, index_t bs,
+                                          double eps, Acc* stats, O* y) {
+  __shared__ Acc shared[32];
+  const layout l{1, d, 1};
+  for (index_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const X* r = x + i * d;
+    const Acc mu = Acc(fiber_sum<Acc>(r, l, shared) / static_cast<Acc>(d));
+    Acc v = 0;
+    for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const Acc c = Acc(ew_detail::load<Acc>(r + j) - mu);
+      v += c * c;
+    }
+    const Acc var = Acc(block_reduce(v, add_op{}, shared) / static_cast<Acc>(d));
+    const R rstd = R(1) / R(::sqrt(R(R(var) + R(eps))));
+    if (threadIdx.x == 0) {
+      stats[2 * i] = mu;
+      stats[2 * i + 1] = Acc(rstd);
+    }
+    const R m = R(mu), rs = R(Acc(rstd));
+    for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const R xv = ew_detail::load<R>(r + j);
+      ew_detail::store(y + i * d + j, R(R(R(xv - m) * rs) * ew_detail::load<R>(gamma + j * gs) + ew_detail::load<R>(beta + j * bs)));
+    }
+  }
+}
+
+/// Layer normalization's input gradient, a block per row: dxhat = gy gamma, the row's sums of
+/// dxhat and dxhat xhat in Acc, gx = rstd (dxhat - s1 / d - xhat s2 / d) in R, assigned when
+/// `fresh`, added otherwise.
+template <class Acc, class R, class X, class GY, class G, class GX>
+__global__ void layer_norm_backward_rows(const X* x, const GY* gy, index_t rows, index_t d, const G* gamma, index_t gs, const Acc* stats,
+                                         GX* gx, bool fresh) {
+  __shared__ Acc shared[32];
+  for (index_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const R mu = R(stats[2 * i]), rstd = R(stats[2 * i + 1]);
+    Acc m1 = 0, m2 = 0;
+    for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const R xh = R(R(ew_detail::load<R>(x + i * d + j) - mu) * rstd);
+      const R dxh = R(ew_detail::load<R>(gy + i * d + j) * ew_detail::load<R>(gamma + j * gs));
+      m1 += Acc(dxh);
+      m2 += Acc(R(dxh * xh));
+    }
+    const R s1 = R(block_reduce(m1, add_op{}, shared));
+    const R s2 = R(block_reduce(m2, add_op{}, shared));
+    const R inv_d = R(1) / static_cast<R>(d);
+    for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const R xh = R(R(ew_detail::load<R>(x + i * d + j) - mu) * rstd);
+      const R dxh = R(ew_detail::load<R>(gy + i * d + j) * ew_detail::load<R>(gamma + j * gs));
+      const R dx = R(rstd * R(R(dxh - R(inv_d * s1)) - R(R(xh * inv_d) * s2)));
+      GX* out = gx + i * d + j;
+      ew_detail::store(out, fresh ? dx : R(ew_detail::load<R>(out) + dx));
+    }
+  }
+}
+
+/// Layer normalization's parameter gradients: a thread per column j, dgamma[j] += gy xhat and
+/// dbeta[j] += gy over the rows in order, in Acc.
+template <class Acc, class R, class X, class GY>
+__global__ void layer_norm_backward_columns(const X* x, const GY* gy, index_t rows, index_t d, const Acc* stats, Acc* dgamma, Acc* dbeta) {
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t j = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < d; j += step) {
+    Acc a = dgamma[j], b = dbeta[j];
+    for (index_t i = 0; i < rows; ++i) {
+      const R xh = R(R(ew_detail::load<R>(x + i * d + j) - R(stats[2 * i])) * R(stats[2 * i + 1]));
+      const R gv = ew_detail::load<R>(gy + i * d + j);
+      a += Acc(R(gv * xh));
+      b += Acc(gv);
+    }
+    dgamma[j] = a;
+    dbeta[j] = b;
+  }
+}
+
 template <class S>
 bool dense(const DeviceView<S>& v) {
   return v.strides() == contiguous_strides(v.shape());
@@ -237,6 +314,51 @@ void softmax_sums(cudaStream_t stream, const char* op, const DeviceView<G>& g, c
   const auto [blocks, threads] = fiber_detail::grid(l);
   fiber_detail::softmax_sums_kernel<Acc, Log><<<blocks, threads, 0, stream>>>(g.data(), y.data(), l, s.data());
   check(cudaGetLastError(), std::string(op) + ": launch of the softmax backward sums' kernel");
+}
+
+/// Layer normalization of the rows of x ([..., d], dense) on `stream`: stats[2i] the mean and
+/// stats[2i + 1] 1 / sqrt(var + eps) of row i (Acc, device memory), y (dense, x's shape) =
+/// (x - mean) rstd gamma + beta in R, rounded once.
+template <class Acc, class R, class X, class G, class B, class O>
+void layer_norm_forward(cudaStream_t stream, const DeviceView<X>& x, const DeviceView<G>& gamma, const DeviceView<B>& beta, double eps,
+                        Acc* stats, const DeviceView<O>& y) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::layer_norm_forward: Acc is float or double");
+  const index_t d = x.rank() > 0 ? x.shape().back() : 0;
+  if (d == 0 || !fiber_detail::dense(x) || !fiber_detail::dense(y) || y.shape() != x.shape() || gamma.size() != d || beta.size() != d) {
+    throw shape_error("precis::layer_norm: on the device, x " + x.shape().str() + ", gamma " + gamma.shape().str() + ", beta " +
+                      beta.shape().str() + ", y " + y.shape().str() + "; expected dense x and y of one shape [..., d > 0] and [d] parameters");
+  }
+  const index_t rows = x.size() / d;
+  if (rows == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{rows, d, 1});
+  fiber_detail::layer_norm_forward_kernel<Acc, R><<<blocks, threads, 0, stream>>>(x.data(), rows, d, gamma.data(), gamma.strides()[0],
+                                                                                 beta.data(), beta.strides()[0], eps, stats, y.data());
+  check(cudaGetLastError(), "precis::layer_norm: launch of the forward kernel");
+}
+
+/// Layer normalization's backward on `stream` (x and gy dense, stats from the forward): gx
+/// (+)= the input's gradient (assigned when `fresh`; none when gx is empty), dgamma += gy xhat
+/// and dbeta += gy over the rows (Acc, dense [d]).
+template <class Acc, class R, class X, class GY, class G, class GX>
+void layer_norm_backward(cudaStream_t stream, const DeviceView<X>& x, const DeviceView<GY>& gy, const DeviceView<G>& gamma, const Acc* stats,
+                         const DeviceView<GX>& gx, bool fresh, Acc* dgamma, Acc* dbeta) {
+  const index_t d = x.rank() > 0 ? x.shape().back() : 0;
+  if (d == 0 || !fiber_detail::dense(x) || !fiber_detail::dense(gy) || gy.shape() != x.shape() || gamma.size() != d ||
+      (gx.data() != nullptr && (gx.shape() != x.shape() || !fiber_detail::dense(gx)))) {
+    throw shape_error("precis::layer_norm: on the device, the backward of x " + x.shape().str() + " with gy " + gy.shape().str() +
+                      ", gamma " + gamma.shape().str() + " and gx " + gx.shape().str() + "; expected dense operands of one shape [..., d > 0]");
+  }
+  const index_t rows = x.size() / d;
+  if (rows == 0) return;
+  if (gx.data() != nullptr) {
+    const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{rows, d, 1});
+    fiber_detail::layer_norm_backward_rows<Acc, R><<<blocks, threads, 0, stream>>>(x.data(), gy.data(), rows, d, gamma.data(),
+                                                                                  gamma.strides()[0], stats, gx.data(), fresh);
+    check(cudaGetLastError(), "precis::layer_norm: launch of the input gradient's kernel");
+  }
+  const auto cblocks = static_cast<unsigned>(std::min<index_t>((d + 255) / 256, 65535));
+  fiber_detail::layer_norm_backward_columns<Acc, R><<<cblocks, 256, 0, stream>>>(x.data(), gy.data(), rows, d, stats, dgamma, dbeta);
+  check(cudaGetLastError(), "precis::layer_norm: launch of the parameters' gradient kernel");
 }
 
 }  // namespace precis::cuda

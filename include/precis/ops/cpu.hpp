@@ -272,6 +272,18 @@ struct add_fn {
   PRECIS_HOST_DEVICE A operator()(const A& acc, const A& v) const { return A(acc + v); }
 };
 
+/// n contiguous values as type R: p itself when they are R, otherwise a temporary of ctx's
+/// converted in bulk (exactly, where R holds every value of S).
+template <class R, class Ctx, class S>
+const R* contiguous_in(const Ctx& ctx, const S* p, index_t n) {
+  if constexpr (std::is_same_v<detail::remove_cv_t<S>, R>) {
+    return p;
+  } else {
+    R* buf = ctx.template temp<R>(Shape{n}).data();
+    return detail::load_run<R>(p, n, 1, buf);
+  }
+}
+
 /// The CPU backend: memory from the tape's arenas (or an eager call's own) and precis's blocked
 /// GEMM. Ops reach memory and matrix products only through their context, so a device backend
 /// with the same members runs the same definitions.
@@ -437,6 +449,99 @@ class cpu : public fresh_tracking<cpu> {
       }
       *o = acc;
     });
+  }
+
+  /// Layer normalization of the rows of x (contiguous, [..., d]): each row's mean and biased
+  /// variance summed pairwise in Acc, stats[2i] = the mean and stats[2i + 1] = 1 / sqrt(var +
+  /// eps) (computed in R), y = (x - mean) rstd gamma + beta element-wise in R, rounded once
+  /// into y's storage. Rows split over threads (each row's sums unchanged).
+  template <class Acc, class R, class X, class G, class B, class O>
+  void layer_norm_forward(const TensorView<const X>& x, const TensorView<const G>& gamma, const TensorView<const B>& beta, double eps,
+                          Acc* stats, const TensorView<O>& y) const {
+    const index_t d = x.shape().back(), rows = x.size() / d;
+    // x and y in R, converted and rounded in bulk where they are stored in another type (x
+    // widens exactly, so the sums see the same values)
+    const R* xr = contiguous_in<R>(*this, x.data(), x.size());
+    R* yr = nullptr;
+    if constexpr (std::is_same_v<O, R>) {
+      yr = y.data();
+    } else {
+      yr = temp<R>(y.shape()).data();
+    }
+    R* gm = temp<R>(Shape{2 * d}).data();  // gamma, then beta
+    R* bt = gm + d;
+    for (index_t j = 0; j < d; ++j) {
+      gm[j] = detail::ad::ld<R>(gamma(j));
+      bt[j] = detail::ad::ld<R>(beta(j));
+    }
+    detail::parallel_ranges(rows, detail::threads_for(x.size(), index_t{1} << 14), [&](index_t i0, index_t i1) {
+      for (index_t i = i0; i < i1; ++i) {
+        const R* r = xr + i * d;
+        const Acc mu = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise, std::identity{}) / Acc(static_cast<double>(d)));
+        const Acc var = Acc(detail::sum_fiber<Acc>(r, d, 1, summation::pairwise,
+                                                   [mu](const Acc& v) { return Acc((v - mu) * (v - mu)); }) /
+                            Acc(static_cast<double>(d)));
+        using std::sqrt;
+        const R rstd = R(1) / sqrt(R(detail::ad::ld<R>(var) + R(eps)));
+        stats[2 * i] = mu;
+        stats[2 * i + 1] = detail::store<Acc>(rstd);
+        const R m = detail::ad::ld<R>(mu), rs = detail::ad::ld<R>(stats[2 * i + 1]);
+        R* out = yr + i * d;
+        for (index_t j = 0; j < d; ++j) out[j] = R((r[j] - m) * rs * gm[j] + bt[j]);
+        if constexpr (!std::is_same_v<O, R>) detail::store_run(out, y.data() + i * d, d, 1);
+      }
+    });
+  }
+  /// Layer normalization's backward over the rows of x and gy (both contiguous), stats from
+  /// the forward: gx (+)= rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) with dxhat = gy
+  /// gamma, in R, the two means' sums running in Acc (assigned when gx is fresh; skipped when
+  /// gx is empty); dgamma += gy xhat and dbeta += gy, row after row, in Acc (zeros on entry).
+  template <class Acc, class R, class X, class GY, class G, class GX>
+  void layer_norm_backward(const TensorView<const X>& x, const TensorView<const GY>& gy, const TensorView<const G>& gamma,
+                           const Acc* stats, const TensorView<GX>& gx, const TensorView<Acc>& dgamma,
+                           const TensorView<Acc>& dbeta) const {
+    const index_t d = x.shape().back(), rows = x.size() / d;
+    const auto row = temp<R>(Shape{3, d});  // xhat, dxhat, dx of one row
+    const R* xr = contiguous_in<R>(*this, x.data(), x.size());
+    const R* gyr = contiguous_in<R>(*this, gy.data(), gy.size());
+    const auto gam = temp<R>(Shape{d});
+    for (index_t j = 0; j < d; ++j) gam(j) = detail::ad::ld<R>(gamma(j));
+    const bool fresh = take_fresh(gx);  // gx holds zeros: write dx, do not add it
+    for (index_t i = 0; i < rows; ++i) {
+      const R mu = detail::ad::ld<R>(stats[2 * i]), rstd = detail::ad::ld<R>(stats[2 * i + 1]);
+      Acc m1(0), m2(0);  // sums of dxhat and dxhat xhat
+      for (index_t j = 0; j < d; ++j) {
+        const R xh = R(xr[i * d + j] - mu) * rstd;
+        const R gv = gyr[i * d + j];
+        dgamma.data()[j] += detail::store<Acc>(R(gv * xh));
+        dbeta.data()[j] += detail::store<Acc>(gv);
+        const R dxh = gv * gam(j);
+        row(0, j) = xh;
+        row(1, j) = dxh;
+        m1 += detail::store<Acc>(dxh);
+        m2 += detail::store<Acc>(R(dxh * xh));
+      }
+      if (gx.data()) {
+        const R inv_d = R(1) / R(static_cast<double>(d)), s1 = detail::ad::ld<R>(m1), s2 = detail::ad::ld<R>(m2);
+        GX* gi = gx.data() + i * d;
+        if constexpr (std::is_same_v<GX, R>) {
+          if (fresh) {
+            for (index_t j = 0; j < d; ++j) gi[j] = rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+          } else {
+            for (index_t j = 0; j < d; ++j) gi[j] += rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2);
+          }
+        } else {
+          R* dx = &row(2, 0);
+          if (fresh) {
+            for (index_t j = 0; j < d; ++j) dx[j] = R(rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          } else {
+            const R* old = detail::load_run<R>(gi, d, 1, dx);
+            for (index_t j = 0; j < d; ++j) dx[j] = R(old[j] + rstd * (row(1, j) - inv_d * s1 - row(0, j) * inv_d * s2));
+          }
+          detail::store_run(dx, gi, d, 1);
+        }
+      }
+    }
   }
 
   /// n zero bytes at p (fresh_tracking's zeroing).
