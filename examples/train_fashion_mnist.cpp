@@ -9,6 +9,7 @@
 //
 //   train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]
 //                       [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]
+//                       [--device cpu|cuda]
 //
 // --threads T (default: OpenMP's, e.g. OMP_NUM_THREADS) threads in all; --jobs J runs at a time,
 // T / J threads each (default: 2 runs of T / 2 threads where T >= 2). Small models use two threads
@@ -28,6 +29,11 @@
 // rank 0 evaluates, prints and writes the results. The gradient columns then describe rank
 // 0's own shard, before the average. --compress-bf16 sends the gradients as bf16 with error
 // feedback (DataParallel::options::compress_bf16).
+//
+// --device cuda (a build with CUDA, fashion_mnist/device_runs.cu): the MLP on the GPU, its
+// parameters, tape and optimizer step on the device, under 32-true, 64-true, bf16-mixed and
+// 16-mixed (the default there), one run at a time; the same seed, data order, schedule and
+// scaler as on the CPU, and the memory column is GPU memory. Exits 77 where there is no GPU.
 //
 // LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed fp8-mixed fp8-mixed/unscaled
 // bf16-true bf16-true+sr 16-true (default: all, in that order). fp8-mixed/unscaled is
@@ -77,7 +83,7 @@ struct run_spec {
   int epochs;
 };
 std::vector<run_spec> plan_for(const std::string& model, const settings& st) {
-  std::vector<std::string> policies = model == "mlp" ? all_policies : conv_default_policies;
+  std::vector<std::string> policies = model == "mlp" ? (st.cuda ? device_policies : all_policies) : conv_default_policies;
   if (st.full) policies = all_policies;
   if (!st.policies.empty()) policies = st.policies;
   const int full = model == "mlp" ? 12 : model == "cnn" ? 8 : 15, normal = model == "mlp" ? 6 : 3;
@@ -154,6 +160,7 @@ std::string not_compiled_in(const std::string& runs) {
 result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
            const settings& st, const cluster& cl, int epochs) {
   const request q{model, name, tr, te, st, cl, epochs};
+  if (st.cuda) return run_mlp_on_device(q);
   if (model == "mlp") return run_mlp(q);
   if (in_conv_default(name)) return run_cnn_vit_mixed(q);
   if (run_cnn_vit_more == nullptr) throw precis::usage_error("train_fashion_mnist: " + not_compiled_in("the " + model + " under " + name));
@@ -235,6 +242,7 @@ const char* program_note() {
                "train_fashion_mnist: %s\n"
                "usage: train_fashion_mnist [--data DIR] [--models M] [--epochs N] [--batch B] [--lr X] [--policies LIST]\n"
                "                           [--full] [--threads T] [--jobs J] [--seed S] [--out DIR] [--distributed [--compress-bf16]]\n"
+               "                           [--device cpu|cuda]\n"
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,fp8-mixed,fp8-mixed/unscaled,bf16-true,\n"
                "  bf16-true+sr,16-true\n"
@@ -245,7 +253,9 @@ const char* program_note() {
                "%s"
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
-               "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n",
+               "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n"
+               "  --device cuda: the MLP on the GPU under 32-true, 64-true, bf16-mixed and 16-mixed, one run at a time\n"
+               "  (a build with CUDA; the memory column is then GPU memory)\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str(), program_note());
   std::exit(help ? 0 : 2);
 }
@@ -263,6 +273,7 @@ double number(const std::string& flag, const std::string& v, double lo, double h
 
 settings parse(int argc, char** argv) {
   settings st;
+  bool models_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("help");
@@ -281,6 +292,14 @@ settings parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string v = argv[++i];
+    if (flag == "--device") {
+      if (v != "cpu" && v != "cuda") usage("--device " + v + ": expected cpu or cuda");
+      st.cuda = v == "cuda";
+      if (st.cuda && run_mlp_on_device == nullptr) {
+        usage("--device cuda: this program was built without CUDA (CMake builds it with CUDA where it finds nvcc)");
+      }
+      continue;
+    }
     if (flag == "--data") st.data = v;
     else if (flag == "--out") st.out = v;
     else if (flag == "--epochs") st.epochs = static_cast<int>(number(flag, v, 1, 1000, true));
@@ -305,9 +324,24 @@ settings parse(int argc, char** argv) {
         st.models.push_back(m);
       }
       if (st.models.empty()) usage("--models is empty");
+      models_given = true;
     } else {
       usage("unknown flag " + flag);
     }
+  }
+  if (st.cuda) {  // the MLP under the policies the device has, one run at a time
+    if (!models_given) st.models = {"mlp"};
+    for (const auto& m : st.models) {
+      if (m != "mlp") usage("--device cuda trains the mlp; the " + m + "'s ops (convolution, pooling, attention) are not on the device yet");
+    }
+    for (const auto& p : st.policies) {
+      if (std::find(device_policies.begin(), device_policies.end(), p) == device_policies.end()) {
+        usage("--device cuda: policy " + p + " is not on the device (it has 32-true, 64-true, bf16-mixed and 16-mixed)");
+      }
+    }
+    if (st.full) usage("--device cuda: --full runs every model; the device has the mlp");
+    if (st.distributed) usage("--device cuda: not with --distributed");
+    st.jobs = 1;
   }
   return st;
 }
@@ -423,7 +457,15 @@ int main(int argc, char** argv) {
       if (!compiled_in(m, r.policy) && missing.find(what) == std::string::npos) missing += (missing.empty() ? "" : ", ") + what;
     }
   }
-  if (!missing.empty()) usage(not_compiled_in(missing));
+  if (!missing.empty() && !st.cuda) usage(not_compiled_in(missing));
+  std::string gpu;
+  if (st.cuda) {
+    gpu = cuda_device_name();
+    if (gpu.empty()) {
+      std::fprintf(stderr, "train_fashion_mnist: --device cuda: no CUDA device\n");
+      return 77;  // skipped, for ctest
+    }
+  }
   const int jobs = static_cast<int>(std::min<std::size_t>(
       plan_jobs.size(), static_cast<std::size_t>(st.jobs > 0 ? st.jobs : (threads >= 2 && !st.distributed ? 2 : 1))));
   const int threads_each = std::max(1, threads / jobs);
@@ -452,8 +494,12 @@ int main(int argc, char** argv) {
         const model_info mi = info(m, st);
         std::printf("  %s: %s; %s, lr %g; %s\n", m.c_str(), mi.description, mi.optimizer, mi.lr, describe(plan_for(m, st)).c_str());
       }
-      std::printf("%zu runs, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(), jobs,
-                  threads_each, threads_each == 1 ? "" : "s");
+      if (st.cuda) {
+        std::printf("%zu runs, one at a time on the GPU (%s); memory is GPU memory\n\n", plan_jobs.size(), gpu.c_str());
+      } else {
+        std::printf("%zu runs, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(), jobs,
+                    threads_each, threads_each == 1 ? "" : "s");
+      }
       std::fflush(stdout);
     }
     const std::vector<result> rows = run_all(plan_jobs, tr, te, st, cl, jobs, threads_each);

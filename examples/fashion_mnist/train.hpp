@@ -165,6 +165,7 @@ struct settings {
   std::uint64_t seed = 1;
   std::vector<std::string> policies;  // empty: each model's default
   bool distributed = false, compress_bf16 = false;
+  bool cuda = false;  // --device cuda: train on the GPU
 };
 
 /// This process's place in a --distributed run (rank 0 of 1 otherwise).
@@ -229,9 +230,24 @@ void gather(const data::labelled_images& set, const std::vector<index_t>& order,
   else convert(std::span<const float>(staging.data(), static_cast<std::size_t>(rows * cols)), std::span<S>(x.data(), static_cast<std::size_t>(rows * cols)));
 }
 
-/// Adds the weight gradients (divided by the loss scale) to the histogram and counters. Without
-/// `ref`, a value counts as flushed when it is nonzero and rounds to zero in fp16; with `ref`
-/// (the same step's weight gradients recomputed in fp32), when it is zero and ref's is not.
+/// Adds one weight-gradient value g (divided by the loss scale) to the histogram and counters.
+/// Without `ref`, it counts as flushed when it is nonzero and rounds to zero in fp16; with `ref`
+/// (the same value recomputed in fp32), when it is zero and *ref is not.
+inline void count_gradient(double g, result& r, const float* ref) {
+  ++r.sampled;
+  if (ref) r.flushed += g == 0 && *ref != 0;
+  if (g == 0) {
+    ++r.zeros;
+    return;
+  }
+  // precis::half, not half: device_runs.cu sees CUDA's global half too
+  if (!ref && static_cast<float>(round_to<precis::half>(g)) == 0.0f) ++r.flushed;
+  const int e = std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), hist_lo, hist_hi);
+  ++r.hist[static_cast<std::size_t>(e - hist_lo)];
+}
+
+/// Adds the weight gradients (divided by the loss scale) to the histogram and counters
+/// (count_gradient; `ref`: the same step's weight gradients recomputed in fp32, in order).
 template <class P>
 void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::vector<float>* ref) {
   const double inv = 1.0 / scale;
@@ -239,17 +255,8 @@ void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::ve
   net.for_each_parameter([&](auto& p) {
     if (p.name.find("weight") == std::string::npos) return;
     for (const auto& gs : p.grad) {
-      const double g = static_cast<double>(static_cast<float>(gs)) * inv;
-      ++r.sampled;
-      if (ref) r.flushed += g == 0 && (*ref)[k] != 0;
+      count_gradient(static_cast<double>(static_cast<float>(gs)) * inv, r, ref ? &(*ref)[k] : nullptr);
       ++k;
-      if (g == 0) {
-        ++r.zeros;
-        continue;
-      }
-      if (!ref && static_cast<float>(round_to<half>(g)) == 0.0f) ++r.flushed;
-      const int e = std::clamp(static_cast<int>(std::floor(std::log2(std::abs(g)))), hist_lo, hist_hi);
-      ++r.hist[static_cast<std::size_t>(e - hist_lo)];
     }
   });
 }
@@ -323,7 +330,7 @@ result train(const std::string& model, const std::string& name, const data::labe
   // fp16 gradients without loss scaling have already lost what underflows: count it against
   // the same step recomputed in fp32
   constexpr bool measure_against_fp32 =
-      std::is_same_v<typename P::grad_type, half> && std::is_same_v<Scaler, optim::NoLossScaler>;
+      std::is_same_v<typename P::grad_type, precis::half> && std::is_same_v<Scaler, optim::NoLossScaler>;
   Model<pol::named<"32-true">> shadow(st.seed);
   progress bar(model + " " + name, epochs, cl.rank != 0, st.plain_progress);
   double seconds = 0;
@@ -456,5 +463,14 @@ result run_cnn_vit_mixed(const request& q);  // cnn_vit_mixed.cpp: the CNN and t
 /// cnn_vit_more.cpp: the CNN and the ViT under the other policies, where the program has them
 /// (that file sets this pointer while the program starts); null in train_fashion_mnist.
 inline result (*run_cnn_vit_more)(const request& q) = nullptr;
+
+/// The policies --device cuda trains the MLP under (the device optimizer keeps fp32 or fp64
+/// masters; fp8 scaling is not on the device yet).
+inline const std::vector<std::string> device_policies = {"32-true", "64-true", "bf16-mixed", "16-mixed"};
+/// device_runs.cu, built with CUDA: the MLP on the GPU (--device cuda), and the GPU's name
+/// ("" when there is none); both null in a build without CUDA (the file sets them while the
+/// program starts).
+inline result (*run_mlp_on_device)(const request& q) = nullptr;
+inline std::string (*cuda_device_name)() = nullptr;
 
 }  // namespace fashion_mnist

@@ -306,6 +306,12 @@ class MixedPrecisionOptimizer {
     launched("update");
   }
 
+  /// The rule, whose hyperparameters (the learning rate of a schedule) may change between
+  /// steps: each step() hands the rule to its kernels by value (a step captured into a CUDA
+  /// graph keeps the values it was captured with).
+  Rule& rule() noexcept { return rule_; }
+  const Rule& rule() const noexcept { return rule_; }
+
   /// Enqueues zeroing every parameter's gradient.
   void zero_grad() {
     optim_detail::zero_kernel<seg>
