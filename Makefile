@@ -15,7 +15,7 @@ test:
 # writes build/demo/results.{json,csv}, and build/demo/demo.md with its plots.
 demo:
 	tools/deps.sh demo
-	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF -DPRECIS_DEMO_CUDA=OFF
 	cmake --build --preset release -j $(JOBS) --target train_fashion_mnist
 	./build/release/examples/train_fashion_mnist --out build/demo
 	python3 bench/demo_report.py build/demo/results.json build/demo
@@ -25,7 +25,7 @@ demo:
 # every run compiled in (train_fashion_mnist has the default plan's).
 demo-full:
 	tools/deps.sh demo
-	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF
+	cmake --preset release -DPRECIS_BUILD_TESTS=OFF -DPRECIS_BUILD_BENCHMARKS=OFF -DPRECIS_DEMO_CUDA=OFF
 	cmake --build --preset release -j $(JOBS) --target train_fashion_mnist_full
 	./build/release/examples/train_fashion_mnist_full --full --out build/demo-full
 	python3 bench/demo_report.py build/demo-full/results.json build/demo-full
