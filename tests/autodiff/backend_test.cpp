@@ -215,6 +215,16 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::layer_norm_backward<Acc, R>(x, gy, gamma, stats, gx, dgamma, dbeta);
   }
+  template <class Acc>
+  void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
+    fence::open o;
+    op::cpu::attention_probabilities(s, scale, causal);
+  }
+  template <class Acc>
+  void attention_score_gradients(const TensorView<Acc>& ds, const TensorView<const Acc>& p, Acc scale) const {
+    fence::open o;
+    op::cpu::attention_score_gradients(ds, p, scale);
+  }
   template <class Acc, bool Log, class G, class O>
   void softmax_sums(const TensorView<const G>& g, const TensorView<const O>& y, int axis, const TensorView<Acc>& s) const {
     fence::open o;
@@ -472,14 +482,14 @@ TEST(Backend, BorrowedLabelsAreCountedAndAnOutOfRangeOneGivesNaNInItsRow) {
   }
 }
 
-// ---- the reductions, softmax, layer_norm and mse on a backend ------------------------------------
+// ---- the reductions, softmax, layer_norm, attention and mse on a backend --------------------------
 
 namespace {
 
 /// x [6, 10] (an input with a gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of
 /// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
-/// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target: their
-/// sum, differentiated with seed 2.
+/// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target, causal
+/// attention of h as [2, 3, 10] with itself: their sum, differentiated with seed 2.
 template <class P>
 auto run_reductions(Arena& params) {
   using S = typename P::param_type;
@@ -509,8 +519,10 @@ auto run_reductions(Arena& params) {
   auto at = softmax(transpose(h), 0);
   auto lp = log_softmax(h, 0);
   auto ln = layer_norm(h, tape.param(ps[1].value, ps[1].grad), tape.param(ps[2].value, ps[2].grad));
+  auto hq = reshape(h, Shape{2, 3, 10});
   auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
-              sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target));
+              sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target)) +
+              sum(attention(hq, hq, hq, attention_options{.causal = true}));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
   for (const auto& p : ps) r.grads.push_back(host_copy(p.grad.as_const()));
@@ -535,16 +547,16 @@ void expect_fenced_reductions_match_host() {
 
 }  // namespace
 
-TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
+TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
   expect_fenced_reductions_match_host<pol::named<"32-true">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"bf16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
+TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
   expect_fenced_reductions_match_host<pol::named<"64-true">>();
 }
 
@@ -653,4 +665,27 @@ TEST(Backend, EveryLayerIsInitializedWithTheHostsBitsOnAnotherBackend) {
     nn::Linear<F> b(5, 3, 2, false, nn::init::xavier_uniform);
     expect_same_parameters(a, b, true);
   }
+}
+
+// A pre-LN transformer block (layer norms, multi-head attention, linear layers, tanh GELU,
+// reshapes and permutes, residual adds) trains on a backend whose memory the host cannot touch
+// with the host's bits: every op it records is context_only.
+TEST(Backend, ATransformerBlockTrainsOnTheBackendWithTheHostsBits) {
+  using P = pol::named<"bf16-mixed">;
+  using F = fenced<P>;
+  using X = typename P::activation_type;
+  fence::handler h;
+  nn::TransformerBlock<P> on_host(16, 4, 2, 3);
+  nn::TransformerBlock<F> on_fence(16, 4, 2, 3);
+  Tensor<X> x(Shape{2, 5, 16}), target(Shape{2, 5, 16});
+  fill_uniform(x, -1.0, 1.0, 41);
+  fill_uniform(target, -0.5, 0.5, 42);
+  Tape<P> ht;
+  Tape<F> ft;
+  auto lh = mse(on_host(ht.input(x), true), ht.input(target));
+  auto lf = mse(on_fence(ft.input(x), true), ft.input(target));
+  ht.backward(lh);
+  ft.backward(lf);
+  EXPECT_EQ(lf.item(), lh.item());
+  expect_same_parameters(on_host, on_fence, true);
 }

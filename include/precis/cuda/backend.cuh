@@ -320,6 +320,16 @@ class cuda : public fresh_tracking<cuda> {
                                               dgamma.data(), dbeta.data());
   }
 
+  /// Attention's probabilities and score gradients in place (a block per row).
+  template <class Acc>
+  void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
+    precis::cuda::attention_probabilities(stream_, precis::cuda::device_view(s), scale, causal);
+  }
+  template <class Acc>
+  void attention_score_gradients(const TensorView<Acc>& ds, const TensorView<const Acc>& p, Acc scale) const {
+    precis::cuda::attention_score_gradients(stream_, precis::cuda::device_view(ds), precis::cuda::device_view(p), scale);
+  }
+
   /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).
   void zero_bytes(void* p, std::size_t n) const {
     precis::cuda::check(cudaMemsetAsync(p, 0, n, stream_), "precis::op::cuda: cudaMemsetAsync of " + std::to_string(n) + " bytes");

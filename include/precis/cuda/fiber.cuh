@@ -1,10 +1,12 @@
-// Reductions along an axis on the device, as the op layer's reductions, softmax and layer norm
-// compute them (precis/ops/reduce.hpp and norm.hpp; op::cpu::reduce / softmax / softmax_sums /
-// layer_norm_forward / layer_norm_backward): sum, mean, the Euclidean norm (scaled by a power
-// of two so the squares neither overflow nor underflow), logsumexp (shifted by the maximum),
-// softmax and log_softmax, softmax's backward sums, and layer normalization's rows, each
-// fiber's sums in the accumulator Acc (float or double) and each output rounded once into its
-// format. Include only from .cu translation units.
+// Reductions along an axis on the device, as the op layer's reductions, softmax, layer norm and
+// attention compute them (precis/ops: op::cpu::reduce / softmax / softmax_sums /
+// layer_norm_forward / layer_norm_backward / attention_probabilities /
+// attention_score_gradients): sum, mean, the Euclidean norm (scaled by a power of two so the
+// squares neither overflow nor underflow), logsumexp (shifted by the maximum), softmax and
+// log_softmax, softmax's backward sums, layer normalization's rows, and attention's
+// probabilities and score gradients, each fiber's sums in the accumulator Acc (float or
+// double) and each output rounded once into its format. Include only from .cu translation
+// units.
 //
 //   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
 //   precis::cuda::softmax_fibers<float, false>(stream, "precis::softmax", x, 1, y);
@@ -233,6 +235,44 @@ __global__ void layer_norm_backward_columns(const X* x, const GY* gy, index_t ro
   }
 }
 
+/// Attention's scores made probabilities in place, a block per row of s [tq, tk]: scaled, the
+/// row's maximum, exp(s - max) and their sum in Acc, divided; keys past i are 0 when `causal`.
+template <class Acc>
+__global__ void attention_probabilities_kernel(Acc* s, index_t tq, index_t tk, Acc scale, bool causal) {
+  __shared__ Acc shared[32];
+  for (index_t i = blockIdx.x; i < tq; i += gridDim.x) {
+    Acc* row = s + i * tk;
+    const index_t allowed = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
+    Acc mx = -static_cast<Acc>(INFINITY);
+    for (index_t j = threadIdx.x; j < allowed; j += blockDim.x) {
+      row[j] = row[j] * scale;
+      mx = max_op{}(mx, row[j]);
+    }
+    mx = block_reduce(mx, max_op{}, shared);
+    Acc sum = 0;
+    for (index_t j = threadIdx.x; j < allowed; j += blockDim.x) {
+      row[j] = ::exp(Acc(row[j] - mx));
+      sum += row[j];
+    }
+    sum = block_reduce(sum, add_op{}, shared);
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) row[j] = j < allowed ? Acc(row[j] / sum) : Acc(0);
+  }
+}
+
+/// Attention's score gradients in place, a block per row: ds = p (ds - sum(ds p)) scale.
+template <class Acc>
+__global__ void attention_score_gradients_kernel(Acc* ds, const Acc* p, index_t tq, index_t tk, Acc scale) {
+  __shared__ Acc shared[32];
+  for (index_t i = blockIdx.x; i < tq; i += gridDim.x) {
+    Acc* d = ds + i * tk;
+    const Acc* pr = p + i * tk;
+    Acc dot = 0;
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) dot += d[j] * pr[j];
+    dot = block_reduce(dot, add_op{}, shared);
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) d[j] = Acc(Acc(pr[j] * Acc(d[j] - dot)) * scale);
+  }
+}
+
 template <class S>
 bool dense(const DeviceView<S>& v) {
   return v.strides() == contiguous_strides(v.shape());
@@ -359,6 +399,34 @@ void layer_norm_backward(cudaStream_t stream, const DeviceView<X>& x, const Devi
   const auto cblocks = static_cast<unsigned>(std::min<index_t>((d + 255) / 256, 65535));
   fiber_detail::layer_norm_backward_columns<Acc, R><<<cblocks, 256, 0, stream>>>(x.data(), gy.data(), rows, d, stats, dgamma, dbeta);
   check(cudaGetLastError(), "precis::layer_norm: launch of the parameters' gradient kernel");
+}
+
+/// Attention's scores s [tq, tk] (dense, Acc) made probabilities in place on `stream` (see
+/// op::cpu::attention_probabilities).
+template <class Acc>
+void attention_probabilities(cudaStream_t stream, const DeviceView<Acc>& s, Acc scale, bool causal) {
+  if (s.rank() != 2 || !fiber_detail::dense(s)) {
+    throw shape_error("precis::attention: on the device, scores " + s.shape().str() + "; expected a dense matrix");
+  }
+  const index_t tq = s.shape()[0], tk = s.shape()[1];
+  if (tq == 0 || tk == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{tq, tk, 1});
+  fiber_detail::attention_probabilities_kernel<Acc><<<blocks, threads, 0, stream>>>(s.data(), tq, tk, scale, causal);
+  check(cudaGetLastError(), "precis::attention: launch of the probabilities' kernel");
+}
+/// Attention's score gradients ds = p (ds - sum(ds p)) scale in place on `stream` (ds and p
+/// [tq, tk], dense).
+template <class Acc>
+void attention_score_gradients(cudaStream_t stream, const DeviceView<Acc>& ds, const DeviceView<const Acc>& p, Acc scale) {
+  if (ds.rank() != 2 || p.shape() != ds.shape() || !fiber_detail::dense(ds) || !fiber_detail::dense(p)) {
+    throw shape_error("precis::attention: on the device, score gradients " + ds.shape().str() + " and probabilities " +
+                      p.shape().str() + "; expected dense matrices of one shape");
+  }
+  const index_t tq = ds.shape()[0], tk = ds.shape()[1];
+  if (tq == 0 || tk == 0) return;
+  const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{tq, tk, 1});
+  fiber_detail::attention_score_gradients_kernel<Acc><<<blocks, threads, 0, stream>>>(ds.data(), p.data(), tq, tk, scale);
+  check(cudaGetLastError(), "precis::attention: launch of the score gradients' kernel");
 }
 
 }  // namespace precis::cuda

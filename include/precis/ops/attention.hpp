@@ -20,6 +20,7 @@ namespace precis::op {
 /// With causal, query i attends to keys j <= i (PyTorch's is_causal). scale 0 means 1/sqrt(D).
 struct attention : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "attention";
   static constexpr std::string_view reason =
       "two matmuls with a wide accumulator; the softmax between them runs in the accumulator type, so its sum "
@@ -79,23 +80,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     for (index_t b = 0; b < (q.size() == 0 ? 0 : batch); ++b) {
       const auto s = detail::ad::matrix(p, b);
       ctx.gemm(s, detail::ad::matrix(sv.q, b), detail::ad::matrix(sv.k, b).transpose(), false);
-      for (index_t i = 0; i < tq; ++i) {
-        Acc* row = s.data() + i * tk;
-        const index_t allowed = a.causal ? std::min(tk, i + 1) : tk;
-        Acc mx = row[0] * scale;
-        for (index_t j = 0; j < allowed; ++j) {
-          row[j] = row[j] * scale;
-          if (row[j] > mx) mx = row[j];
-        }
-        Acc sum(0);
-        for (index_t j = 0; j < allowed; ++j) {
-          using std::exp;
-          row[j] = exp(Acc(row[j] - mx));
-          sum += row[j];
-        }
-        for (index_t j = 0; j < allowed; ++j) row[j] = row[j] / sum;
-        for (index_t j = allowed; j < tk; ++j) row[j] = Acc(0);
-      }
+      ctx.attention_probabilities(s, scale, a.causal);
       ctx.copy(s.as_const(), pl);
       ctx.gemm(acc, pl.as_const(), detail::ad::matrix(sv.v, b), false);
       ctx.copy(acc.as_const(), detail::ad::matrix(y, b));
@@ -128,13 +113,7 @@ struct attention : def<policy::safety::low_precision_safe> {
       }
       if (!gq.data() && !gk.data()) continue;
       ctx.gemm(ds, g, detail::ad::matrix(sv.v, b).transpose(), false);  // dP = dO V^T
-      for (index_t i = 0; i < tq; ++i) {  // dS = P (dP - sum(dP P)) scale
-        Acc* d = ds.data() + i * tk;
-        const Acc* pr = p.data() + i * tk;
-        Acc dot(0);
-        for (index_t j = 0; j < tk; ++j) dot += d[j] * pr[j];
-        for (index_t j = 0; j < tk; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
-      }
+      ctx.attention_score_gradients(ds, p, scale);  // dS = P (dP - sum(dP P)) scale
       if (gq.data()) ctx.gemm(detail::ad::matrix(aq, b), ds.as_const(), detail::ad::matrix(sv.k, b), true);
       if (gk.data()) ctx.gemm(detail::ad::matrix(ak, b), ds.as_const().transpose(), detail::ad::matrix(sv.q, b), true);
     }

@@ -544,6 +544,44 @@ class cpu : public fresh_tracking<cpu> {
     }
   }
 
+  /// Attention's scores s [tq, tk] (contiguous, Acc) made probabilities in place, row by row:
+  /// scaled, shifted by the row's maximum, exponentiated and divided by their running sum in
+  /// Acc; with `causal`, row i keeps keys j <= i and the rest are 0.
+  template <class Acc>
+  void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
+    const index_t tq = s.shape()[0], tk = s.shape()[1];
+    for (index_t i = 0; i < tq; ++i) {
+      Acc* row = s.data() + i * tk;
+      const index_t allowed = causal ? std::min(tk, i + 1) : tk;
+      Acc mx = row[0] * scale;
+      for (index_t j = 0; j < allowed; ++j) {
+        row[j] = row[j] * scale;
+        if (row[j] > mx) mx = row[j];
+      }
+      Acc sum(0);
+      for (index_t j = 0; j < allowed; ++j) {
+        using std::exp;
+        row[j] = exp(Acc(row[j] - mx));
+        sum += row[j];
+      }
+      for (index_t j = 0; j < allowed; ++j) row[j] = row[j] / sum;
+      for (index_t j = allowed; j < tk; ++j) row[j] = Acc(0);
+    }
+  }
+  /// Attention's score gradients in place: ds = p (ds - sum_j ds p) scale, row by row (ds and p
+  /// [tq, tk], contiguous), the row's sum running in Acc.
+  template <class Acc>
+  void attention_score_gradients(const TensorView<Acc>& ds, const TensorView<const Acc>& p, Acc scale) const {
+    const index_t tq = ds.shape()[0], tk = ds.shape()[1];
+    for (index_t i = 0; i < tq; ++i) {
+      Acc* d = ds.data() + i * tk;
+      const Acc* pr = p.data() + i * tk;
+      Acc dot(0);
+      for (index_t j = 0; j < tk; ++j) dot += d[j] * pr[j];
+      for (index_t j = 0; j < tk; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
+    }
+  }
+
   /// n zero bytes at p (fresh_tracking's zeroing).
   static void zero_bytes(void* p, std::size_t n) noexcept { std::memset(p, 0, n); }
 
