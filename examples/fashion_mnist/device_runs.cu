@@ -134,10 +134,7 @@ result train_on_device(const request& q, const Scaler&... scaler) {
     gather(q.te, identity, first, tstaging, xt, yt);
     tape.reset();
     auto guard = tape.no_grad();
-    const auto dlogits = net(tape.input(xt)).value();
-    using O = typename decltype(dlogits)::storage_type;
-    auto logits = Tensor<O>::uninitialized(dlogits.shape());
-    on_stream.download(dlogits, logits.view());
+    const auto logits = to_host(net(tape.input(xt)));  // copied back
     for (index_t i = 0; i < len; ++i) {
       index_t best = 0;
       for (index_t j = 1; j < 10; ++j) {

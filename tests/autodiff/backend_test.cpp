@@ -337,6 +337,8 @@ struct step_result {
   double loss = 0;
   std::vector<Tensor<G>> grads;
   Tensor<GX> input_grad;
+  std::vector<std::int64_t> arg;  // argmax of a recorded value
+  std::vector<double> values;     // a recorded (strided) value read through to_host
 };
 
 /// x [8, 12] -> linear 12x16 -> relu -> (+ shift [16], * gate [8, 16]) -> gelu -> where(cond,
@@ -525,6 +527,11 @@ auto run_reductions(Arena& params) {
               sum(attention(hq, hq, hq, attention_options{.causal = true}));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
+  r.arg = argmax(h, 1);
+  const auto ht = to_host(transpose(h));
+  for (index_t i = 0; i < 10; ++i) {
+    for (index_t j = 0; j < 6; ++j) r.values.push_back(static_cast<double>(ht(i, j)));
+  }
   for (const auto& p : ps) r.grads.push_back(host_copy(p.grad.as_const()));
   r.input_grad = host_copy(xv.grad());
   return r;
@@ -543,6 +550,9 @@ void expect_fenced_reductions_match_host() {
   for (std::size_t i = 0; i < on_host.grads.size(); ++i) EXPECT_TRUE(same_bits(fenced_run.grads[i], on_host.grads[i])) << "parameter " << i;
   EXPECT_TRUE(same_bits(fenced_run.input_grad, on_host.input_grad));
   EXPECT_TRUE(std::isfinite(on_host.loss));
+  EXPECT_EQ(fenced_run.arg, on_host.arg);  // argmax and to_host read through the backend
+  EXPECT_EQ(fenced_run.values, on_host.values);
+  EXPECT_EQ(on_host.arg.size(), 6u);
 }
 
 }  // namespace

@@ -294,6 +294,25 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
   return y;
 }
 
+/// A host copy of x's value: on a backend whose memory the host cannot touch, a download
+/// through the tape's backend (it waits for the device; a strided value is made dense there
+/// first), so a device tape's logits can be read: to_host(logits), argmax(logits, 1).
+template <class P, class S>
+Tensor<S> to_host(const Var<P, S>& x) {
+  const TensorView<const S> v = x.value();
+  auto out = Tensor<S>::uninitialized(v.shape());
+  if constexpr (backend_t<P>::host_memory) {
+    detail::copy_view(v, out.view());
+  } else {
+    static_assert(requires(const backend_t<P>& b) { b.download(v, out.view()); },
+                  "precis::to_host: the policy's backend has no download(from, to)");
+    Tape<P>& t = x.tape();
+    t.backend().download(t.context(false).template as<S>(v, false), out.view());
+    t.end_op();  // the dense copy's scratch
+  }
+  return out;
+}
+
 /// Evaluates op Op eagerly under policy P on tensors or views: the same forward as the tape's,
 /// nothing recorded. A view op returns a view of its argument. Under an fp8 policy an eager call
 /// has no history, so its casts use current scaling (or none under fp8::no_scaling).

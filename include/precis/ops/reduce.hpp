@@ -305,9 +305,11 @@ template <tensor_like X>
 std::vector<std::int64_t> argmax(const X& x, int axis) {
   return detail::ad::arg_select<true>(as_view(x), axis, "precis::argmax");
 }
+/// On a backend whose memory the host cannot touch, x is copied to the host first (to_host).
 template <class P, class S>
 std::vector<std::int64_t> argmax(const Var<P, S>& x, int axis) {
-  return detail::ad::arg_select<true>(x.value(), axis, "precis::argmax");
+  if constexpr (backend_t<P>::host_memory) return detail::ad::arg_select<true>(x.value(), axis, "precis::argmax");
+  else return detail::ad::arg_select<true>(to_host(x).view(), axis, "precis::argmax");
 }
 template <tensor_like X>
 std::vector<std::int64_t> argmin(const X& x, int axis) {
@@ -315,7 +317,8 @@ std::vector<std::int64_t> argmin(const X& x, int axis) {
 }
 template <class P, class S>
 std::vector<std::int64_t> argmin(const Var<P, S>& x, int axis) {
-  return detail::ad::arg_select<false>(x.value(), axis, "precis::argmin");
+  if constexpr (backend_t<P>::host_memory) return detail::ad::arg_select<false>(x.value(), axis, "precis::argmin");
+  else return detail::ad::arg_select<false>(to_host(x).view(), axis, "precis::argmin");
 }
 
 }  // namespace precis
