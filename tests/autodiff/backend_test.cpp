@@ -215,6 +215,16 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::layer_norm_backward<Acc, R>(x, gy, gamma, stats, gx, dgamma, dbeta);
   }
+  template <class Acc, class O, class X>
+  void nll_forward(const TensorView<const X>& x, const std::int64_t* labels, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::nll_forward<Acc>(x, labels, y);
+  }
+  template <class R, class G, class GX>
+  void nll_backward(const TensorView<const G>& gy, const std::int64_t* labels, const TensorView<GX>& gx) const {
+    fence::open o;
+    op::cpu::nll_backward<R>(gy, labels, gx);
+  }
   template <class Acc>
   void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
     fence::open o;
@@ -491,7 +501,8 @@ namespace {
 /// x [6, 10] (an input with a gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of
 /// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
 /// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target, causal
-/// attention of h as [2, 3, 10] with itself: their sum, differentiated with seed 2.
+/// attention of h as [2, 3, 10] with itself, nll of the log_softmax: their sum, differentiated
+/// with seed 2.
 template <class P>
 auto run_reductions(Arena& params) {
   using S = typename P::param_type;
@@ -524,7 +535,7 @@ auto run_reductions(Arena& params) {
   auto hq = reshape(h, Shape{2, 3, 10});
   auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
               sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target)) +
-              sum(attention(hq, hq, hq, attention_options{.causal = true}));
+              sum(attention(hq, hq, hq, attention_options{.causal = true})) + nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7});
   tape.backward(loss, 2.0);
   r.loss = loss.item();
   r.arg = argmax(h, 1);
@@ -557,16 +568,16 @@ void expect_fenced_reductions_match_host() {
 
 }  // namespace
 
-TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend32True) {
+TEST(Backend, ReductionsNormsAttentionAndLossesTouchBackendMemoryOnlyThroughTheBackend32True) {
   expect_fenced_reductions_match_host<pol::named<"32-true">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+TEST(Backend, ReductionsNormsAttentionAndLossesTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"bf16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+TEST(Backend, ReductionsNormsAttentionAndLossesTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
   expect_fenced_reductions_match_host<pol::named<"16-mixed">>();
 }
-TEST(Backend, ReductionsSoftmaxLayerNormAttentionAndMseTouchBackendMemoryOnlyThroughTheBackend64True) {
+TEST(Backend, ReductionsNormsAttentionAndLossesTouchBackendMemoryOnlyThroughTheBackend64True) {
   expect_fenced_reductions_match_host<pol::named<"64-true">>();
 }
 

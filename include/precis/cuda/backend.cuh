@@ -320,6 +320,16 @@ class cuda : public fresh_tracking<cuda> {
                                               dgamma.data(), dbeta.data());
   }
 
+  /// nll's loss and gradient (precis::cuda::nll_forward / nll_backward).
+  template <class Acc, class O, class X>
+  void nll_forward(const TensorView<const X>& x, const std::int64_t* labels, const TensorView<O>& y) const {
+    precis::cuda::nll_forward<Acc>(stream_, precis::cuda::device_view(x), labels, precis::cuda::device_view(y));
+  }
+  template <class R, class G, class GX>
+  void nll_backward(const TensorView<const G>& gy, const std::int64_t* labels, const TensorView<GX>& gx) const {
+    precis::cuda::nll_backward<R>(stream_, precis::cuda::device_view(gy), labels, precis::cuda::device_view(gx));
+  }
+
   /// Attention's probabilities and score gradients in place (a block per row).
   template <class Acc>
   void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {

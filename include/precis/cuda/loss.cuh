@@ -89,6 +89,28 @@ __global__ void backward_rows(const G* gloss, const X* x, index_t rows, index_t 
   }
 }
 
+/// nll's loss: one warp, lane l adding -x[i, labels[i]] for rows i = l, l + 32, ... in order,
+/// then the lanes pairwise; divided by the rows.
+template <class Acc, class X, class O>
+__global__ void nll_forward_kernel(const X* x, index_t rows, index_t s0, index_t s1, const std::int64_t* labels, O* loss) {
+  const int lane = static_cast<int>(threadIdx.x);
+  Acc s = 0;
+  for (index_t i = lane; i < rows; i += 32) s += -ew_detail::load<Acc>(x + i * s0 + labels[i] * s1);
+  for (int w = 16; w > 0; w /= 2) s += __shfl_down_sync(0xffffffffu, s, w);
+  if (lane == 0) ew_detail::store(loss, Acc(s / static_cast<Acc>(rows)));
+}
+
+/// nll's gradient: a thread per row, gx[i, labels[i]] -= gloss / rows in R.
+template <class R, class G, class GX>
+__global__ void nll_backward_kernel(const G* gloss, index_t rows, const std::int64_t* labels, GX* gx, index_t g0, index_t g1) {
+  const R g = R(ew_detail::load<R>(gloss) / R(static_cast<double>(rows)));
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += step) {
+    GX* out = gx + i * g0 + labels[i] * g1;
+    ew_detail::store(out, R(ew_detail::load<R>(out) - g));
+  }
+}
+
 }  // namespace loss_detail
 
 /// Throws precis::invalid_argument naming `op` when a label is outside [0, classes); for labels
@@ -138,6 +160,32 @@ void cross_entropy_backward(cudaStream_t stream, const char* op, const DeviceVie
                                                              x.strides()[1], labels, lse, gx.data(), gx.strides()[0],
                                                              gx.strides()[1], fresh);
   check(cudaGetLastError(), std::string(op) + ": launch of the gradient kernel");
+}
+
+/// loss[0] = the mean over rows of -x[i, labels[i]] in Acc (x [rows, classes], any strides;
+/// labels on the device, checked where the host had them), on `stream`.
+template <class Acc, class O, class X>
+void nll_forward(cudaStream_t stream, const DeviceView<X>& x, const std::int64_t* labels, const DeviceView<O>& loss) {
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::nll: Acc is float or double");
+  if (x.rank() != 2 || x.shape()[0] < 1 || loss.size() != 1) {
+    throw shape_error("precis::nll: input " + x.shape().str() + " and a loss of shape " + loss.shape().str() +
+                      "; expected [rows >= 1, classes] and one loss element");
+  }
+  loss_detail::nll_forward_kernel<Acc><<<1, 32, 0, stream>>>(x.data(), x.shape()[0], x.strides()[0], x.strides()[1], labels, loss.data());
+  check(cudaGetLastError(), "precis::nll: launch of the loss kernel");
+}
+/// gx[i, labels[i]] -= gloss / rows in R, rounded once, on `stream`.
+template <class R, class G, class GX>
+void nll_backward(cudaStream_t stream, const DeviceView<G>& gloss, const std::int64_t* labels, const DeviceView<GX>& gx) {
+  if (gx.rank() != 2 || gloss.size() != 1) {
+    throw shape_error("precis::nll: a gradient " + gx.shape().str() + " and the loss's gradient " + gloss.shape().str() +
+                      "; expected [rows, classes] and one element");
+  }
+  const index_t rows = gx.shape()[0];
+  if (rows == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((rows + 255) / 256, 65535));
+  loss_detail::nll_backward_kernel<R><<<blocks, 256, 0, stream>>>(gloss.data(), rows, labels, gx.data(), gx.strides()[0], gx.strides()[1]);
+  check(cudaGetLastError(), "precis::nll: launch of the gradient kernel");
 }
 
 }  // namespace precis::cuda

@@ -630,6 +630,26 @@ class cpu : public fresh_tracking<cpu> {
     }
   }
 
+  /// y = the mean over rows of -x[i, labels[i]] (x [rows, classes]; labels checked), the terms
+  /// in Acc summed pairwise, rounded once into y.
+  template <class Acc, class O, class X>
+  void nll_forward(const TensorView<const X>& x, const std::int64_t* labels, const TensorView<O>& y) const {
+    const index_t rows = x.shape()[0];
+    Acc* terms = temp<Acc>(Shape{rows}).data();
+    for (index_t i = 0; i < rows; ++i) terms[i] = Acc(-detail::ad::ld<Acc>(x(i, labels[i])));
+    *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
+  }
+  /// gx[i, labels[i]] -= gy / rows, in R, rounded once (gx holds zeros or earlier gradients).
+  template <class R, class G, class GX>
+  void nll_backward(const TensorView<const G>& gy, const std::int64_t* labels, const TensorView<GX>& gx) const {
+    const index_t rows = gx.shape()[0];
+    const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
+    for (index_t i = 0; i < rows; ++i) {
+      GX& gij = gx(i, labels[i]);
+      gij = detail::store<GX>(R(detail::ad::ld<R>(gij) - g));
+    }
+  }
+
   /// to = from, rounded once to nearest into to's storage (same shapes, any strides).
   template <class S, class C, class D, class DC>
   static void copy(const TensorView<S, C>& from, const TensorView<D, DC>& to) {

@@ -90,8 +90,10 @@ struct cross_entropy : def<policy::safety::needs_wide> {
   }
 };
 
-/// Mean over rows of -logp[row, label] for log-probabilities logp [batch, classes].
+/// Mean over rows of -logp[row, label] for log-probabilities logp [batch, classes]. The labels
+/// are checked on the host and copied into the step's memory (ctx.labels).
 struct nll : def<policy::safety::needs_wide> {
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "nll";
   static constexpr std::string_view reason = "a mean over the batch of log-probabilities";
   struct attrs {
@@ -106,29 +108,15 @@ struct nll : def<policy::safety::needs_wide> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
-    using Acc = typename T::accumulator;
-    const index_t rows = x.shape()[0];
-    Acc* terms = ctx.template temp<Acc>(Shape{rows}).data();
-    for (index_t i = 0; i < rows; ++i) terms[i] = Acc(-detail::ad::ld<Acc>(x(i, a.labels[static_cast<std::size_t>(i)])));
-    *y.data() = detail::store<O>(detail::ad::mean_of(terms, rows));
-    if (ctx.saving()) {
-      std::int64_t* kept = ctx.template keep_array<std::int64_t>(rows);
-      std::copy(a.labels.begin(), a.labels.end(), kept);
-      sv.labels = kept;
-    }
+    const std::int64_t* labels = ctx.labels(a.labels, ctx.saving());
+    ctx.template nll_forward<typename T::accumulator>(x, labels, y);
+    sv.labels = labels;
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gin) {
-    const auto& gx = std::get<0>(gin);
-    if (gx.data() == nullptr) return;
-    using R = typename T::arithmetic;
-    const index_t rows = gx.shape()[0];
-    const R g = R(detail::ad::ld<R>(*gy.data()) / R(static_cast<double>(rows)));
-    for (index_t i = 0; i < rows; ++i) {
-      GX& gij = gx(i, sv.labels[i]);
-      gij = detail::store<GX>(R(detail::ad::ld<R>(gij) - g));
-    }
+    if (std::get<0>(gin).data() == nullptr) return;
+    ctx.template nll_backward<typename T::arithmetic>(gy, sv.labels, std::get<0>(gin));
   }
 };
 
