@@ -225,6 +225,16 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::nll_backward<R>(gy, labels, gx);
   }
+  template <bool Max, class X, class O>
+  void select(const TensorView<const X>& x, int axis, const TensorView<O>& y, std::int32_t* pos) const {
+    fence::open o;
+    op::cpu::select<Max>(x, axis, y, pos);
+  }
+  template <class G, class GX>
+  void add_selected(const TensorView<const G>& gy, const std::int32_t* pos, int axis, const TensorView<GX>& g) const {
+    fence::open o;
+    op::cpu::add_selected(gy, pos, axis, g);
+  }
   template <class Acc>
   void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
     fence::open o;
@@ -501,8 +511,8 @@ namespace {
 /// x [6, 10] (an input with a gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of
 /// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
 /// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target, causal
-/// attention of h as [2, 3, 10] with itself, nll of the log_softmax: their sum, differentiated
-/// with seed 2.
+/// attention of h as [2, 3, 10] with itself, nll of the log_softmax, max along rows and min
+/// along columns (of a transposed view): their sum, differentiated with seed 2.
 template <class P>
 auto run_reductions(Arena& params) {
   using S = typename P::param_type;
@@ -535,7 +545,8 @@ auto run_reductions(Arena& params) {
   auto hq = reshape(h, Shape{2, 3, 10});
   auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
               sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target)) +
-              sum(attention(hq, hq, hq, attention_options{.causal = true})) + nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7});
+              sum(attention(hq, hq, hq, attention_options{.causal = true})) + nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7}) +
+              sum(max(h, 1)) + sum(min(transpose(h), 1));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
   r.arg = argmax(h, 1);

@@ -320,6 +320,19 @@ class cuda : public fresh_tracking<cuda> {
                                               dgamma.data(), dbeta.data());
   }
 
+  /// max/min by selection along `axis` and its gradient (precis::cuda::select_fibers /
+  /// add_selected: a thread per fiber, the host's order, so the same positions).
+  template <bool Max, class X, class O>
+  void select(const TensorView<const X>& x, int axis, const TensorView<O>& y, std::int32_t* pos) const {
+    precis::cuda::select_fibers<Max>(stream_, Max ? "precis::max" : "precis::min", precis::cuda::device_view(x), axis,
+                                     precis::cuda::device_view(y), pos);
+  }
+  template <class G, class GX>
+  void add_selected(const TensorView<const G>& gy, const std::int32_t* pos, int axis, const TensorView<GX>& g) const {
+    precis::cuda::add_selected<precis::detail::ad::arith_t<GX>>(stream_, "precis::max", precis::cuda::device_view(gy), pos, axis,
+                                                                 precis::cuda::device_view(g));
+  }
+
   /// nll's loss and gradient (precis::cuda::nll_forward / nll_backward).
   template <class Acc, class O, class X>
   void nll_forward(const TensorView<const X>& x, const std::int64_t* labels, const TensorView<O>& y) const {

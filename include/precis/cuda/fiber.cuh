@@ -3,9 +3,9 @@
 // layer_norm_forward / layer_norm_backward / attention_probabilities /
 // attention_score_gradients): sum, mean, the Euclidean norm (scaled by a power of two so the
 // squares neither overflow nor underflow), logsumexp (shifted by the maximum), softmax and
-// log_softmax, softmax's backward sums, layer normalization's rows, and attention's
-// probabilities and score gradients, each fiber's sums in the accumulator Acc (float or
-// double) and each output rounded once into its format. Include only from .cu translation
+// log_softmax, softmax's backward sums, layer normalization's rows, attention's
+// probabilities and score gradients, and max/min by selection, each fiber's sums in the
+// accumulator Acc (float or double) and each output rounded once into its format. Include only from .cu translation
 // units.
 //
 //   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
@@ -273,6 +273,38 @@ __global__ void attention_score_gradients_kernel(Acc* ds, const Acc* p, index_t 
   }
 }
 
+/// max (Max) or min along an axis by selection, a thread per fiber scanning it in order (the
+/// first on ties; a NaN wins and ends the scan, as on the host): the value rounded into y, its
+/// position into pos (when not null).
+template <bool Max, class X, class O>
+__global__ void select_kernel(const X* x, layout l, O* y, std::int32_t* pos) {
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t f = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; f < l.fibers; f += step) {
+    const X* p = x + start(l, f);
+    index_t best = 0;
+    double bv = ew_detail::load<double>(p);
+    for (index_t k = 1; k < l.len && bv == bv; ++k) {
+      const double v = ew_detail::load<double>(p + k * l.inner);
+      if (v != v || (Max ? v > bv : v < bv)) {
+        best = k;
+        bv = v;
+      }
+    }
+    ew_detail::store(y + f, bv);
+    if (pos) pos[f] = static_cast<std::int32_t>(best);
+  }
+}
+
+/// g at each fiber's selected position += gy[f], a thread per fiber (distinct elements).
+template <class R, class G, class GX>
+__global__ void add_selected_kernel(const G* gy, const std::int32_t* pos, layout l, GX* g) {
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t f = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; f < l.fibers; f += step) {
+    GX* d = g + start(l, f) + pos[f] * l.inner;
+    ew_detail::store(d, R(ew_detail::load<R>(d) + ew_detail::load<R>(gy + f)));
+  }
+}
+
 template <class S>
 bool dense(const DeviceView<S>& v) {
   return v.strides() == contiguous_strides(v.shape());
@@ -427,6 +459,35 @@ void attention_score_gradients(cudaStream_t stream, const DeviceView<Acc>& ds, c
   const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{tq, tk, 1});
   fiber_detail::attention_score_gradients_kernel<Acc><<<blocks, threads, 0, stream>>>(ds.data(), p.data(), tq, tk, scale);
   check(cudaGetLastError(), "precis::attention: launch of the score gradients' kernel");
+}
+
+/// y = the largest (Max) or smallest element of each fiber of x (dense) along `axis`, the
+/// selected positions into pos (device memory, one per fiber; null: not kept), on `stream`.
+template <bool Max, class X, class O>
+void select_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, int axis, const DeviceView<O>& y, std::int32_t* pos) {
+  const auto l = fiber_detail::fibers_of(op, x, false, axis);
+  if (l.len == 0 || y.size() != l.fibers || !fiber_detail::dense(y)) {
+    throw shape_error(std::string(op) + ": a device selection from " + x.shape().str() + " into " + y.shape().str() +
+                      "; expected a non-empty axis and a dense output of one element per fiber");
+  }
+  if (l.fibers == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((l.fibers + 255) / 256, 65535));
+  fiber_detail::select_kernel<Max><<<blocks, 256, 0, stream>>>(x.data(), l, y.data(), pos);
+  check(cudaGetLastError(), std::string(op) + ": launch of the selection kernel");
+}
+/// g (dense) at each fiber's selected position along `axis` += gy (dense, one per fiber), in
+/// R, on `stream`.
+template <class R, class G, class GX>
+void add_selected(cudaStream_t stream, const char* op, const DeviceView<G>& gy, const std::int32_t* pos, int axis, const DeviceView<GX>& g) {
+  const auto l = fiber_detail::fibers_of(op, g, false, axis);
+  if (gy.size() != l.fibers || !fiber_detail::dense(gy)) {
+    throw shape_error(std::string(op) + ": a gradient " + gy.shape().str() + " for a selection from " + g.shape().str() +
+                      "; expected one dense element per fiber");
+  }
+  if (l.fibers == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((l.fibers + 255) / 256, 65535));
+  fiber_detail::add_selected_kernel<R><<<blocks, 256, 0, stream>>>(gy.data(), pos, l, g.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the selection's gradient kernel");
 }
 
 }  // namespace precis::cuda

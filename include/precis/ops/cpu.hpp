@@ -143,6 +143,37 @@ auto reduce_fiber(index_t count) {
   };
 }
 
+/// x [outer, len, inner] around `axis` (x contiguous).
+inline std::array<index_t, 3> around_axis(const Shape& s, int axis) {
+  index_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  return {outer, s[axis], inner};
+}
+
+/// For every fiber along `axis` of a contiguous x, the position of its largest (Max) or
+/// smallest element; the first one on ties, a NaN wins (it propagates, as in IEEE max).
+template <bool Max, class S, class F>
+void select_along(const TensorView<const S>& x, int axis, F&& f) {
+  using A = arith_t<detail::remove_cv_t<S>>;
+  const auto [outer, len, inner] = around_axis(x.shape(), axis);
+  for (index_t o = 0; o < outer; ++o) {
+    for (index_t i = 0; i < inner; ++i) {
+      const S* p = x.data() + o * len * inner + i;
+      index_t best = 0;
+      A bv = detail::load<A>(p[0]);
+      for (index_t k = 1; k < len && bv == bv; ++k) {
+        const A v = detail::load<A>(p[k * inner]);
+        if (v != v || (Max ? v > bv : v < bv)) {
+          best = k;
+          bv = v;
+        }
+      }
+      f(o * inner + i, best);
+    }
+  }
+}
+
 /// The GEMM level policy P allows: all of them, or with P::reproducible_gemm only those whose
 /// sums are bit-identical across levels (no vdpbf16ps or AMX, which flush denormals).
 template <class P>
@@ -647,6 +678,32 @@ class cpu : public fresh_tracking<cpu> {
     for (index_t i = 0; i < rows; ++i) {
       GX& gij = gx(i, labels[i]);
       gij = detail::store<GX>(R(detail::ad::ld<R>(gij) - g));
+    }
+  }
+
+  /// y = the largest (Max) or smallest element of each fiber of x (contiguous) along `axis`,
+  /// the first on ties and a NaN winning, rounded into y's storage; its position in pos (when
+  /// not null).
+  template <bool Max, class X, class O>
+  void select(const TensorView<const X>& x, int axis, const TensorView<O>& y, std::int32_t* pos) const {
+    const auto inner = detail::ad::around_axis(x.shape(), axis)[2];
+    const auto len = x.shape()[axis];
+    detail::ad::select_along<Max>(x, axis, [&](index_t f, index_t k) {
+      const index_t o = f / inner, i = f % inner;
+      y.data()[f] = detail::store<O>(detail::ad::ld<detail::ad::arith_t<O>>(x.data()[(o * len + k) * inner + i]));
+      if (pos) pos[f] = static_cast<std::int32_t>(k);
+    });
+  }
+  /// g (contiguous) at each fiber's selected position along `axis` += gy (one per fiber), in
+  /// g's arithmetic type, rounded once.
+  template <class G, class GX>
+  void add_selected(const TensorView<const G>& gy, const std::int32_t* pos, int axis, const TensorView<GX>& g) const {
+    using R = detail::ad::arith_t<GX>;
+    const auto [outer, len, inner] = detail::ad::around_axis(g.shape(), axis);
+    for (index_t f = 0; f < outer * inner; ++f) {
+      const index_t o = f / inner, i = f % inner;
+      GX& d = g.data()[(o * len + pos[f]) * inner + i];
+      d = detail::store<GX>(R(detail::ad::ld<R>(d) + detail::ad::ld<R>(gy.data()[f])));
     }
   }
 

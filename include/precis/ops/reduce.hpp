@@ -12,41 +12,6 @@
 
 #include "precis/ops/op.hpp"
 
-namespace precis::detail::ad {
-
-/// x [outer, len, inner] around `axis` (x contiguous).
-inline std::array<index_t, 3> around_axis(const Shape& s, int axis) {
-  index_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= s[i];
-  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
-  return {outer, s[axis], inner};
-}
-
-/// For every fiber along `axis` of a contiguous x, the position of its largest (Max) or
-/// smallest element; the first one on ties, a NaN wins (it propagates, as in IEEE max).
-template <bool Max, class S, class F>
-void select_along(const TensorView<const S>& x, int axis, F&& f) {
-  using A = arith_t<detail::remove_cv_t<S>>;
-  const auto [outer, len, inner] = around_axis(x.shape(), axis);
-  for (index_t o = 0; o < outer; ++o) {
-    for (index_t i = 0; i < inner; ++i) {
-      const S* p = x.data() + o * len * inner + i;
-      index_t best = 0;
-      A bv = detail::load<A>(p[0]);
-      for (index_t k = 1; k < len && bv == bv; ++k) {
-        const A v = detail::load<A>(p[k * inner]);
-        if (v != v || (Max ? v > bv : v < bv)) {
-          best = k;
-          bv = v;
-        }
-      }
-      f(o * inner + i, best);
-    }
-  }
-}
-
-}  // namespace precis::detail::ad
-
 namespace precis::op {
 
 namespace fn_ {
@@ -197,6 +162,7 @@ struct log_softmax : softmax_def<log_softmax, true> {
 
 template <class Op, bool Max>
 struct select_def : def<policy::safety::neutral> {
+  static constexpr bool context_only = true;
   struct attrs {
     int axis = -1;
   };
@@ -218,13 +184,7 @@ struct select_def : def<policy::safety::neutral> {
     const int ax = normalize_axis(a.axis, x.rank(), detail::ad::name_of<Op>());
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     std::int32_t* pos = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
-    const auto inner = detail::ad::around_axis(xc.shape(), ax)[2];
-    const auto len = xc.shape()[ax];
-    detail::ad::select_along<Max>(xc, ax, [&](index_t f, index_t k) {
-      const index_t o = f / inner, i = f % inner;
-      y.data()[f] = detail::store<O>(detail::ad::ld<detail::ad::arith_t<O>>(xc.data()[(o * len + k) * inner + i]));
-      if (pos) pos[f] = static_cast<std::int32_t>(k);
-    });
+    ctx.template select<Max>(xc, ax, y, pos);
     sv.pos = pos;
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
@@ -232,15 +192,7 @@ struct select_def : def<policy::safety::neutral> {
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     const auto& g = std::get<0>(gx);
     if (g.data() == nullptr) return;
-    using R = detail::ad::arith_t<GX>;
-    const int ax = normalize_axis(a.axis, g.rank(), detail::ad::name_of<Op>());
-    const auto [outer, len, inner] = detail::ad::around_axis(g.shape(), ax);
-    (void)ctx;
-    for (index_t f = 0; f < outer * inner; ++f) {
-      const index_t o = f / inner, i = f % inner;
-      GX& d = g.data()[(o * len + sv.pos[f]) * inner + i];
-      d = detail::store<GX>(R(detail::ad::ld<R>(d) + detail::ad::ld<R>(gy.data()[f])));
-    }
+    ctx.add_selected(gy, sv.pos, normalize_axis(a.axis, g.rank(), detail::ad::name_of<Op>()), g);
   }
 };
 

@@ -1,4 +1,4 @@
-// max along an axis on a backend whose memory the host cannot touch: its definition selects in
+// max pooling on a backend whose memory the host cannot touch: its definition reads windows in
 // its own loops, not through its context, so recording it there is refused at compile time.
 #include <precis/precis.hpp>
 
@@ -11,7 +11,7 @@ struct on_device_like : precis::policy::named<"32-true"> {
 
 int main() {
   precis::Tape<on_device_like> tape;
-  precis::Tensor<float> x({2, 3});
-  auto y = max(tape.input(x, true), 1);
+  precis::Tensor<float> x({1, 1, 4, 4});
+  auto y = max_pool2d(tape.input(x, true));
   return static_cast<int>(y.size());
 }
