@@ -225,6 +225,16 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::nll_backward<R>(gy, labels, gx);
   }
+  template <class A, class O, class F, class I>
+  void map_indexed(const TensorView<O>& out, F f, const TensorView<const I>& in) const {
+    fence::open o;
+    op::cpu::map_indexed<A>(out, f, in);
+  }
+  template <class Acc, class G>
+  void scatter_add_rows(const TensorView<const G>& gy, const std::int64_t* indices, index_t n, const TensorView<Acc>& acc) const {
+    fence::open o;
+    op::cpu::scatter_add_rows<Acc>(gy, indices, n, acc);
+  }
   template <bool Max, class X, class O>
   void select(const TensorView<const X>& x, int axis, const TensorView<O>& y, std::int32_t* pos) const {
     fence::open o;
@@ -512,7 +522,8 @@ namespace {
 /// h and, strided, of its transpose), log_softmax along columns, logsumexp, norm, sum and mean
 /// over an axis and over everything, layer_norm (gamma, beta [10]), mse against a target, causal
 /// attention of h as [2, 3, 10] with itself, nll of the log_softmax, max along rows and min
-/// along columns (of a transposed view): their sum, differentiated with seed 2.
+/// along columns (of a transposed view), dropout, an embedding of w's rows (one repeated):
+/// their sum, differentiated with seed 2.
 template <class P>
 auto run_reductions(Arena& params) {
   using S = typename P::param_type;
@@ -537,7 +548,8 @@ auto run_reductions(Arena& params) {
   step_result<G, GX> r;
   Tape<P> tape;
   auto xv = tape.input(x, true);
-  auto h = matmul(xv, tape.param(ps[0].value, ps[0].grad));
+  auto w0 = tape.param(ps[0].value, ps[0].grad);
+  auto h = matmul(xv, w0);
   auto a = softmax(h, 1);
   auto at = softmax(transpose(h), 0);
   auto lp = log_softmax(h, 0);
@@ -546,7 +558,8 @@ auto run_reductions(Arena& params) {
   auto loss = mse(a, tape.input(target)) + mean(lp) + mean(logsumexp(h, 1)) + sum(norm(h, 1)) + sum(mean(h, 0)) +
               sum(sum(at, 1)) + norm(lp) + mse(ln, tape.input(target)) +
               sum(attention(hq, hq, hq, attention_options{.causal = true})) + nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7}) +
-              sum(max(h, 1)) + sum(min(transpose(h), 1));
+              sum(max(h, 1)) + sum(min(transpose(h), 1)) + sum(dropout(h, dropout_options{.p = 0.3, .seed = 7, .offset = 2})) +
+              sum(mul(embedding(w0, std::vector<std::int64_t>{3, 1, 3, 8}, Shape{2, 2}), tape.input(target.view().slice(0, 0, 4).reshape(Shape{2, 2, 10}))));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
   r.arg = argmax(h, 1);

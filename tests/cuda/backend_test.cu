@@ -22,8 +22,9 @@
 //   and back, and every sum, at most 20 terms, may run in another order: 2 (14 u_storage +
 //   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory;
 // - sum, mean, norm, logsumexp (over an axis and over everything), softmax and log_softmax
-//   (along rows, columns and a transposed view), layer_norm, causal attention, max, min, nll
-//   and mse on Tape<cuda::on_device<P>> (32-true, bf16-mixed, 64-true): loss and gradients within
+//   (along rows, columns and a transposed view), layer_norm, causal attention, max, min, nll,
+//   dropout, embedding and mse on Tape<cuda::on_device<P>> (32-true, bf16-mixed, 64-true):
+//   loss and gradients within
 //   2 (24 u_storage + 2 gamma_60(u_acc) + 16 u_acc) of the host tape's (roundings into
 //   storage, another summation order, and exp and log within 2 ulps on each side);
 // - an nn::MLP on the device has the host module's initial bits, and one step's loss and
@@ -351,8 +352,9 @@ void tape_on_device(const char* name) {
 /// gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of h and, strided, of its
 /// transpose), log_softmax along columns, logsumexp, norm, sum and mean over an axis and over
 /// everything, layer_norm (gamma, beta [10]), mse against a target, causal attention of h as
-/// [2, 3, 10] with itself, nll of the log_softmax, max along rows and min along columns;
-/// their sum differentiated with seed 2.
+/// [2, 3, 10] with itself, nll of the log_softmax, max along rows and min along columns,
+/// dropout (the same Philox mask on both), an embedding of w's rows (one repeated); their sum
+/// differentiated with seed 2.
 /// Returns the loss, then the parameters' and x's gradients.
 template <class P, bool Device>
 model_result run_reductions() {
@@ -388,7 +390,8 @@ model_result run_reductions() {
       return tape.param(values[i].view(), host_grads[i].view());
     }
   };
-  auto h = precis::matmul(xv, bind(0));
+  auto w0 = bind(0);
+  auto h = precis::matmul(xv, w0);
   auto a = precis::softmax(h, 1);
   auto at = precis::softmax(precis::transpose(h), 0);
   auto lp = precis::log_softmax(h, 0);
@@ -399,7 +402,10 @@ model_result run_reductions() {
               precis::mse(ln, tape.input(target)) +
               precis::sum(precis::attention(hq, hq, hq, precis::attention_options{.causal = true})) +
               precis::nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7}) + precis::sum(precis::max(h, 1)) +
-              precis::sum(precis::min(precis::transpose(h), 1));
+              precis::sum(precis::min(precis::transpose(h), 1)) +
+              precis::sum(precis::dropout(h, precis::dropout_options{.p = 0.3, .seed = 7, .offset = 2})) +
+              precis::sum(precis::mul(precis::embedding(w0, std::vector<std::int64_t>{3, 1, 3, 8}, Shape{2, 2}),
+                                      tape.input(target.view().slice(0, 0, 4).reshape(Shape{2, 2, 10}))));
   tape.backward(loss, 2.0);
   r.loss = loss.item();
   const auto g = xv.grad();
@@ -416,9 +422,9 @@ model_result run_reductions() {
 }
 
 /// run_reductions on the device against the host tape: every value crosses at most 24 roundings
-/// into its storage (the loss: x -> h -> lp -> nll and the twelve terms' sum, 15; a gradient:
-/// the values it reads, at most 3 deep, then up to 3 roundings into lp's gradient, 12 into h's
-/// and 1 into x's), every sum (at most 60 terms) may run in another order, and exp and log differ
+/// into its storage (the loss: x -> h -> lp -> nll and the fourteen terms' sum, 17; a
+/// gradient: the values it reads, at most 3 deep, then up to 3 roundings into lp's gradient, 13
+/// into h's and 1 into x's or 2 into w's), every sum (at most 60 terms) may run in another order, and exp and log differ
 /// by at most 2 ulps of the accumulator on either side (4 calls on a path): 2 (24 u_storage +
 /// 2 gamma_60(u_acc) + 16 u_acc), relative, normwise.
 template <class P>
@@ -596,7 +602,7 @@ int run_device() {
   reductions_on_device<precis::policy::named<"32-true">>("32-true");
   reductions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   reductions_on_device<precis::policy::named<"64-true">>("64-true");
-  std::printf("sum, mean, norm, logsumexp, softmax, log_softmax, layer_norm, attention, max, min, nll and mse on the device: within their bound of the host's\n");
+  std::printf("sum, mean, norm, logsumexp, softmax, log_softmax, layer_norm, attention, max, min, nll, dropout, embedding and mse on the device: within their bound of the host's\n");
   cudaStream_t stream;
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);

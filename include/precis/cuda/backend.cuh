@@ -333,6 +333,18 @@ class cuda : public fresh_tracking<cuda> {
                                                                  precis::cuda::device_view(g));
   }
 
+  /// out[i] = f(i, out[i], in[i]) in row-major order i (precis::cuda::map_indexed).
+  template <class A, class O, class F, class I>
+  void map_indexed(const TensorView<O>& out, F f, const TensorView<const I>& in) const {
+    precis::cuda::map_indexed<A>(stream_, "precis::dropout", precis::cuda::device_view(out), f, precis::cuda::device_view(in));
+  }
+  /// acc[indices[i], :] += gy[i, :] in index order (precis::cuda::scatter_add_rows: a thread per
+  /// column, so repeated indices add in the host's order, without atomics).
+  template <class Acc, class G>
+  void scatter_add_rows(const TensorView<const G>& gy, const std::int64_t* indices, index_t n, const TensorView<Acc>& acc) const {
+    precis::cuda::scatter_add_rows(stream_, precis::cuda::device_view(gy), indices, n, precis::cuda::device_view(acc));
+  }
+
   /// nll's loss and gradient (precis::cuda::nll_forward / nll_backward).
   template <class Acc, class O, class X>
   void nll_forward(const TensorView<const X>& x, const std::int64_t* labels, const TensorView<O>& y) const {

@@ -101,6 +101,63 @@ inline void broadcast_strides(const Shape& s, const Shape& st, const Shape& out,
   }
 }
 
+/// The layout of y and its inputs x (each broadcast to y's shape): every operand's strides over
+/// the output's axes, then axes of extent 1 dropped and axes that continue each other in every
+/// operand merged (the row-major order of y's elements is kept: element i of a kernel's loop is
+/// y's row-major position i).
+template <std::size_t N, class O, class... X>
+layout<N> layout_of(const DeviceView<O>& y, const DeviceView<X>&... x) {
+  const Shape& out = y.shape();
+  layout<N> l;
+  std::array<std::array<index_t, max_rank>, N> st{};
+  for (int d = 0; d < out.rank(); ++d) st[0][static_cast<std::size_t>(d)] = y.strides()[d];
+  {
+    std::size_t k = 1;
+    ((broadcast_strides(x.shape(), x.strides(), out, st[k++].data())), ...);
+  }
+  for (int d = 0; d < out.rank(); ++d) {
+    if (out[d] == 1) continue;
+    const int r = l.rank;
+    bool merge = r > 0;
+    for (std::size_t k = 0; k < N && merge; ++k) merge = l.strides[k][r - 1] == st[k][static_cast<std::size_t>(d)] * out[d];
+    if (merge) {
+      l.shape[r - 1] *= out[d];
+      for (std::size_t k = 0; k < N; ++k) l.strides[k][r - 1] = st[k][static_cast<std::size_t>(d)];
+    } else {
+      l.shape[r] = out[d];
+      for (std::size_t k = 0; k < N; ++k) l.strides[k][r] = st[k][static_cast<std::size_t>(d)];
+      ++l.rank;
+    }
+  }
+  l.dense = l.rank <= 1;
+  for (std::size_t k = 0; k < N && l.dense; ++k) l.dense = l.rank == 0 || l.strides[k][0] == 1;
+  return l;
+}
+
+/// Offsets of element i (row-major) in each operand.
+template <std::size_t N>
+__device__ void offsets(const layout<N>& l, index_t i, index_t* off) {
+  for (std::size_t k = 0; k < N; ++k) off[k] = l.dense ? i : 0;
+  if (l.dense) return;
+  index_t rest = i;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const index_t c = rest % l.shape[d];
+    rest /= l.shape[d];
+    for (std::size_t k = 0; k < N; ++k) off[k] += c * l.strides[k][d];
+  }
+}
+
+/// y[i] = f(i, y[i], x[i]) for y's elements in row-major order i.
+template <class A, class O, class F, class X>
+__global__ void map_indexed_kernel(O* y, F f, layout<2> l, index_t n, const X* x) {
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    index_t off[2];
+    offsets(l, i, off);
+    store(y + off[0], f(i, load<A>(y + off[0]), load<A>(x + off[1])));
+  }
+}
+
 }  // namespace ew_detail
 
 /// y = f(x...) element-wise on `stream`: x broadcast to y's shape (NumPy rules), each loaded into
@@ -142,35 +199,33 @@ void map_into(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, 
       ...);
   const index_t n = out.numel();
   if (n == 0) return;
-  ew_detail::layout<N> l;
-  // every operand's strides over the output's axes, then axes of extent 1 dropped and axes
-  // that continue each other in every operand merged
-  std::array<std::array<index_t, max_rank>, N> st{};
-  for (int d = 0; d < out.rank(); ++d) st[0][static_cast<std::size_t>(d)] = y.strides()[d];
-  {
-    std::size_t k = 1;
-    ((ew_detail::broadcast_strides(x.shape(), x.strides(), out, st[k++].data())), ...);
-  }
-  for (int d = 0; d < out.rank(); ++d) {
-    if (out[d] == 1) continue;
-    const int r = l.rank;
-    bool merge = r > 0;
-    for (std::size_t k = 0; k < N && merge; ++k) merge = l.strides[k][r - 1] == st[k][static_cast<std::size_t>(d)] * out[d];
-    if (merge) {
-      l.shape[r - 1] *= out[d];
-      for (std::size_t k = 0; k < N; ++k) l.strides[k][r - 1] = st[k][static_cast<std::size_t>(d)];
-    } else {
-      l.shape[r] = out[d];
-      for (std::size_t k = 0; k < N; ++k) l.strides[k][r] = st[k][static_cast<std::size_t>(d)];
-      ++l.rank;
-    }
-  }
-  l.dense = l.rank <= 1;
-  for (std::size_t k = 0; k < N && l.dense; ++k) l.dense = l.rank == 0 || l.strides[k][0] == 1;
+  const auto l = ew_detail::layout_of<N>(y, x...);
   const int threads = 256;
   const auto blocks = static_cast<unsigned>(std::min<index_t>((n + threads - 1) / threads, 65535));
   ew_detail::map_kernel<A><<<blocks, threads, 0, stream>>>(y.data(), f, l, n, x.data()...);
   check(cudaGetLastError(), std::string(op) + ": launch of the element-wise kernel (" + std::to_string(n) + " elements)");
+}
+
+/// y[i] = f(i, y[i], x[i]) element-wise on `stream`, i the element's row-major position in y
+/// (dropout's mask), y and x of one shape, each loaded into A and the result rounded once into
+/// y. x overlapping y other than exactly is an aliasing_error.
+template <class A, class O, class F, class X>
+void map_indexed(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, const DeviceView<X>& x) {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>, "precis::cuda::map_indexed: arithmetic in float or double");
+  if (x.shape() != y.shape()) {
+    throw shape_error(std::string(op) + ": an input of shape " + x.shape().str() + " for an output of shape " + y.shape().str() +
+                      "; expected the same shape");
+  }
+  const bool same = static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && x.strides() == y.strides();
+  if (!same && may_overlap(DeviceView<const O>(y), x)) {
+    throw aliasing_error(std::string(op) + ": the output " + y.shape().str() + " overlaps its input without being it exactly");
+  }
+  const index_t n = y.size();
+  if (n == 0) return;
+  const auto l = ew_detail::layout_of<2>(y, x);
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((n + 255) / 256, 65535));
+  ew_detail::map_indexed_kernel<A><<<blocks, 256, 0, stream>>>(y.data(), f, l, n, x.data());
+  check(cudaGetLastError(), std::string(op) + ": launch of the indexed element-wise kernel (" + std::to_string(n) + " elements)");
 }
 
 }  // namespace precis::cuda

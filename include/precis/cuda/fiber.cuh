@@ -1,12 +1,12 @@
-// Reductions along an axis on the device, as the op layer's reductions, softmax, layer norm and
-// attention compute them (precis/ops: op::cpu::reduce / softmax / softmax_sums /
-// layer_norm_forward / layer_norm_backward / attention_probabilities /
-// attention_score_gradients): sum, mean, the Euclidean norm (scaled by a power of two so the
-// squares neither overflow nor underflow), logsumexp (shifted by the maximum), softmax and
-// log_softmax, softmax's backward sums, layer normalization's rows, attention's
-// probabilities and score gradients, and max/min by selection, each fiber's sums in the
-// accumulator Acc (float or double) and each output rounded once into its format. Include only from .cu translation
-// units.
+// Reductions along an axis and other row and index kernels on the device, as the op layer's
+// definitions compute them through op::cpu (reduce, softmax, softmax_sums,
+// layer_norm_forward / backward, attention_probabilities / attention_score_gradients, select /
+// add_selected, scatter_add_rows): sum, mean, the Euclidean norm (scaled by a power of two so
+// the squares neither overflow nor underflow), logsumexp (shifted by the maximum), softmax and
+// log_softmax and softmax's backward sums, layer normalization's rows, attention's
+// probabilities and score gradients, max/min by selection, and embedding's scatter-add; each
+// fiber's sums in the accumulator Acc (float or double) and each output rounded once into its
+// format. Include only from .cu translation units.
 //
 //   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
 //   precis::cuda::softmax_fibers<float, false>(stream, "precis::softmax", x, 1, y);
@@ -305,6 +305,16 @@ __global__ void add_selected_kernel(const G* gy, const std::int32_t* pos, layout
   }
 }
 
+/// acc[indices[i], j] += gy[i, j] for i in order, a thread per column j (no two threads write
+/// one element; repeated indices add in the host's order).
+template <class Acc, class G>
+__global__ void scatter_add_rows_kernel(const G* gy, const std::int64_t* indices, index_t n, index_t d, Acc* acc) {
+  const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
+  for (index_t j = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < d; j += step) {
+    for (index_t i = 0; i < n; ++i) acc[indices[i] * d + j] += ew_detail::load<Acc>(gy + i * d + j);
+  }
+}
+
 template <class S>
 bool dense(const DeviceView<S>& v) {
   return v.strides() == contiguous_strides(v.shape());
@@ -488,6 +498,21 @@ void add_selected(cudaStream_t stream, const char* op, const DeviceView<G>& gy, 
   const auto blocks = static_cast<unsigned>(std::min<index_t>((l.fibers + 255) / 256, 65535));
   fiber_detail::add_selected_kernel<R><<<blocks, 256, 0, stream>>>(gy.data(), pos, l, g.data());
   check(cudaGetLastError(), std::string(op) + ": launch of the selection's gradient kernel");
+}
+
+/// acc [V, d] (dense, Acc) rows at `indices` (device memory, n of them, checked where the host
+/// had them) += the rows of gy [n, d] (dense), in index order, on `stream`.
+template <class Acc, class G>
+void scatter_add_rows(cudaStream_t stream, const DeviceView<G>& gy, const std::int64_t* indices, index_t n, const DeviceView<Acc>& acc) {
+  const index_t d = acc.rank() == 2 ? acc.shape()[1] : 0;
+  if (acc.rank() != 2 || !fiber_detail::dense(acc) || !fiber_detail::dense(gy) || gy.size() != n * d) {
+    throw shape_error("precis::embedding: on the device, a gradient " + gy.shape().str() + " of " + std::to_string(n) +
+                      " rows into a table " + acc.shape().str() + "; expected dense operands, one row of the table's width per index");
+  }
+  if (n == 0 || d == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((d + 255) / 256, 65535));
+  fiber_detail::scatter_add_rows_kernel<<<blocks, 256, 0, stream>>>(gy.data(), indices, n, d, acc.data());
+  check(cudaGetLastError(), "precis::embedding: launch of the scatter-add kernel");
 }
 
 }  // namespace precis::cuda

@@ -239,6 +239,7 @@ struct batch_norm : def<policy::safety::needs_wide> {
 /// scatter-adds each row's gradient in the accumulator, so repeated indices sum there first.
 struct embedding : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "embedding";
   static constexpr std::string_view reason =
       "a gather: exact in the compute type; the backward's scatter-add of repeated indices runs in the wide "
@@ -271,14 +272,10 @@ struct embedding : def<policy::safety::low_precision_safe> {
   template <class T, class Ctx, class O, class W>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const W>& w) {
     const index_t n = a.index_shape.numel(), d = w.shape()[1];
-    for (index_t i = 0; i < n; ++i) {
+    for (index_t i = 0; i < n; ++i) {  // the indices are the host's (checked): a copy per row
       ctx.copy(w.select(0, a.indices[i]), TensorView<O>(y.data() + i * d, Shape{d}));
     }
-    if (ctx.saving()) {
-      auto* kept = ctx.template keep_array<std::int64_t>(n);
-      std::copy_n(a.indices, n, kept);
-      sv.indices = kept;
-    }
+    if (ctx.saving()) sv.indices = ctx.labels(std::span<const std::int64_t>(a.indices, static_cast<std::size_t>(n)), true);
   }
   template <class T, class Ctx, class G, class O, class W, class GW>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>& sv, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -286,12 +283,8 @@ struct embedding : def<policy::safety::low_precision_safe> {
     const auto& gw = std::get<0>(gx);
     if (gw.data() == nullptr) return;
     using Acc = typename T::accumulator;
-    const index_t n = a.index_shape.numel(), d = gw.shape()[1];
     const auto acc = ctx.template zeros<Acc>(gw.shape());
-    for (index_t i = 0; i < n; ++i) {
-      Acc* row = acc.data() + sv.indices[i] * d;
-      for (index_t j = 0; j < d; ++j) row[j] += detail::ad::ld<Acc>(gy.data()[i * d + j]);
-    }
+    ctx.template scatter_add_rows<Acc>(gy, sv.indices, a.index_shape.numel(), acc);  // in index order
     ctx.template add_into<Acc>("precis::embedding", gw, acc.as_const());
   }
 };

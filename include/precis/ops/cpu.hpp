@@ -617,7 +617,7 @@ class cpu : public fresh_tracking<cpu> {
   static void zero_bytes(void* p, std::size_t n) noexcept { std::memset(p, 0, n); }
 
   /// Class labels (host memory, checked) in this backend's memory: kept for the step when
-  /// `for_backward`, otherwise for the op.
+  /// `for_backward`, otherwise for the op. (Any host array of int64 indices: embedding's too.)
   const std::int64_t* labels(std::span<const std::int64_t> l, bool for_backward) const {
     std::int64_t* p = (for_backward ? keep_ : temp_)->template allocate_array<std::int64_t>(l.size());
     std::copy(l.begin(), l.end(), p);
@@ -704,6 +704,36 @@ class cpu : public fresh_tracking<cpu> {
       const index_t o = f / inner, i = f % inner;
       GX& d = g.data()[(o * len + pos[f]) * inner + i];
       d = detail::store<GX>(R(detail::ad::ld<R>(d) + detail::ad::ld<R>(gy.data()[f])));
+    }
+  }
+
+  /// out[i] = f(i, out[i], in[i]) over out's elements in row-major order, i the element's
+  /// row-major position (dropout's mask), evaluated in A and rounded once into out's storage
+  /// (in has out's shape).
+  template <class A, class O, class F, class I>
+  void map_indexed(const TensorView<O>& out, F f, const TensorView<const I>& in) const {
+    detail::strided_loop<2> loop;
+    loop.shape = out.shape();
+    loop.strides[0] = out.strides();
+    loop.strides[1] = in.strides();
+    loop.coalesce();  // merges and drops axes without changing the row-major order
+    index_t i = 0;
+    loop.run(0, out.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
+      for (index_t j = 0; j < count; ++j, ++i) {
+        O& o = out.data()[off[0] + j * st[0]];
+        o = detail::store<O>(f(i, detail::ad::ld<A>(o), detail::ad::ld<A>(in.data()[off[1] + j * st[1]])));
+      }
+    });
+  }
+
+  /// acc[indices[i], :] += gy[i, :] for i = 0, 1, ..., n - 1 in order (gy [n, d] contiguous,
+  /// acc [V, d] in Acc): embedding's gradient, repeated indices summed in order.
+  template <class Acc, class G>
+  void scatter_add_rows(const TensorView<const G>& gy, const std::int64_t* indices, index_t n, const TensorView<Acc>& acc) const {
+    const index_t d = acc.shape()[1];
+    for (index_t i = 0; i < n; ++i) {
+      Acc* row = acc.data() + indices[i] * d;
+      for (index_t j = 0; j < d; ++j) row[j] += detail::ad::ld<Acc>(gy.data()[i * d + j]);
     }
   }
 

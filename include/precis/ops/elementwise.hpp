@@ -397,6 +397,7 @@ struct gelu_tanh : unary_def<gelu_tanh, policy::safety::neutral, fn_::gelu_tanh,
 /// (i, offset) is >= p 2^32: the same mask for any thread count, and the backward recomputes it
 /// instead of saving it. Pass a new offset (e.g. the step number) every step.
 struct dropout : def<policy::safety::promote> {
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "dropout";
   static constexpr std::string_view reason =
       "multiplies by 0 or 1/(1-p): one rounding in the input type; |y| <= |x|/(1-p)";
@@ -409,13 +410,16 @@ struct dropout : def<policy::safety::promote> {
   template <class T>
   struct saved {};
 
-  static bool keeps(const attrs& a, index_t i) {
+  /// Whether element i (its row-major position) is kept: Philox4x32-10 of (i, offset) under the
+  /// seed, its first word compared with p 2^32 (the same mask on every backend and thread count).
+  PRECIS_HOST_DEVICE static bool keeps(double p, std::uint64_t seed, std::uint64_t offset, index_t i) {
     const auto u = static_cast<std::uint64_t>(i);
-    const auto r = philox4x32_10(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(u >> 32),
-                                 static_cast<std::uint32_t>(a.offset), static_cast<std::uint32_t>(a.offset >> 32),
-                                 static_cast<std::uint32_t>(a.seed), static_cast<std::uint32_t>(a.seed >> 32));
-    return static_cast<double>(r.v[0]) >= a.p * 4294967296.0;
+    const auto r = philox4x32_10(static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(u >> 32), static_cast<std::uint32_t>(offset),
+                                 static_cast<std::uint32_t>(offset >> 32), static_cast<std::uint32_t>(seed),
+                                 static_cast<std::uint32_t>(seed >> 32));
+    return static_cast<double>(r.v[0]) >= p * 4294967296.0;
   }
+  static bool keeps(const attrs& a, index_t i) { return keeps(a.p, a.seed, a.offset, i); }
 
   static Shape shape(const attrs& a, const Shape& x) {
     if (!(a.p >= 0 && a.p < 1)) {
@@ -425,37 +429,36 @@ struct dropout : def<policy::safety::promote> {
     return x;
   }
 
-  /// out[i] = f(out[i], m_i, in[i]) with m_i = 0 or 1/(1-p), over out's elements in row-major
-  /// order (the element's row-major position is its identity).
-  template <class A, class O, class F, class I>
-  static void masked(const attrs& a, const TensorView<O>& out, F f, const TensorView<const I>& in) {
-    const A scale = a.training ? A(1) / A(1 - a.p) : A(1);
-    detail::strided_loop<2> loop;
-    loop.shape = out.shape();
-    loop.strides[0] = out.strides();
-    loop.strides[1] = in.strides();
-    loop.coalesce();  // merges and drops axes without changing the row-major order
-    index_t i = 0;
-    loop.run(0, out.size(), [&](const std::array<index_t, 2>& off, index_t count, const std::array<index_t, 2>& st) {
-      for (index_t j = 0; j < count; ++j, ++i) {
-        const A m = (!a.training || keeps(a, i)) ? scale : A(0);
-        O& o = out.data()[off[0] + j * st[0]];
-        o = detail::store<O>(f(detail::ad::ld<A>(o), m, detail::ad::ld<A>(in.data()[off[1] + j * st[1]])));
-      }
-    });
+  /// (i, o, v) -> v m_i (Grad: o + v m_i) with m_i = 0 or 1/(1-p), i the element's row-major
+  /// position (its identity for the mask); a host-device functor for ctx.map_indexed.
+  template <class A, bool Grad>
+  struct apply {
+    double p;
+    std::uint64_t seed, offset;
+    bool training;
+    A scale;
+    PRECIS_HOST_DEVICE A operator()(index_t i, const A& o, const A& v) const {
+      const A m = (!training || keeps(p, seed, offset, i)) ? scale : A(0);
+      if constexpr (Grad) return A(o + v * m);
+      else return A(v * m);
+    }
+  };
+  template <class A, bool Grad>
+  static apply<A, Grad> applying(const attrs& a) {
+    return {a.p, a.seed, a.offset, a.training, a.training ? A(A(1) / A(1 - a.p)) : A(1)};
   }
 
   template <class T, class Ctx, class O, class X>
-  static void forward(const Ctx&, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
+  static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
     using A = typename T::arithmetic;
-    masked<A>(a, y, [](const A&, const A& m, const A& v) { return A(v * m); }, x);
+    ctx.template map_indexed<A>(y, applying<A, false>(a), x);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
-  static void backward(const Ctx&, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
+  static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     if (std::get<0>(gx).data() == nullptr) return;
     using A = typename T::arithmetic;
-    masked<A>(a, std::get<0>(gx), [](const A& acc, const A& m, const A& g) { return A(acc + g * m); }, gy);
+    ctx.template map_indexed<A>(std::get<0>(gx), applying<A, true>(a), gy);
   }
 };
 
