@@ -12,84 +12,6 @@
 #include "precis/ops/op.hpp"
 #include "precis/tensor/reduce.hpp"
 
-namespace precis::detail::bn {
-
-/// Calls f(at, len) for the runs of channel ch's values in x [N, C, S] (S the product of the
-/// axes after C), each run contiguous and at most `chunk` long, image after image.
-template <class F>
-void for_runs(index_t n, index_t c, index_t s, index_t ch, F&& f) {
-  for (index_t i = 0; i < n; ++i) {
-    for (index_t j = 0; j < s; j += chunk) f((i * c + ch) * s + j, std::min(chunk, s - j));
-  }
-}
-
-/// len values from p in Acc: p itself when it already holds Acc, else converted into buf.
-template <class Acc, class X>
-const Acc* load(const X* p, index_t len, Acc* buf) {
-  if constexpr (std::is_same_v<X, Acc>) {
-    return p;
-  } else if constexpr (std::is_same_v<Acc, float> && std::is_same_v<ad::arith_t<X>, float>) {
-    return load_run<float>(p, len, 1, buf);  // the vectorized widening (exact, as ld's)
-  } else {
-    for (index_t k = 0; k < len; ++k) buf[k] = ad::ld<Acc>(p[k]);
-    return buf;
-  }
-}
-
-/// Pairwise summation on eight lanes: value t of the stream goes to lane t % 8, each lane's values
-/// are summed pairwise (eight lanes added as one vector), then the lanes pairwise, then the last
-/// t % 8 values (summed pairwise) added. Each value takes part in at most ceil(log2 m) + 2
-/// additions (m values in all), two more than the scalar tree, in a third of the time.
-template <class Acc>
-struct lane_sum {
-  struct lanes {
-    std::array<Acc, 8> v;  // lanes{0}, pairwise_sum's starting value, zeroes all eight
-    lanes operator+(const lanes& o) const {
-      lanes r;
-      for (std::size_t k = 0; k < 8; ++k) r.v[k] = v[k] + o.v[k];
-      return r;
-    }
-  };
-  pairwise_sum<lanes> rows;
-  std::array<Acc, 8> pending{};
-  index_t filled = 0;
-
-  void push(const Acc* x, index_t n) {
-    index_t i = 0;
-    while (filled != 0 && i < n) {
-      pending[static_cast<std::size_t>(filled++)] = x[i++];
-      if (filled == 8) {
-        lanes r;
-        r.v = pending;
-        rows.push(r);
-        filled = 0;
-      }
-    }
-    std::array<lanes, 32> buf;
-    while (i + 8 <= n) {
-      const index_t rows_now = std::min<index_t>(32, (n - i) / 8);
-      for (index_t r = 0; r < rows_now; ++r)
-        for (std::size_t k = 0; k < 8; ++k) buf[static_cast<std::size_t>(r)].v[k] = x[i + 8 * r + static_cast<index_t>(k)];
-      push_all(rows, buf.data(), rows_now);
-      i += 8 * rows_now;
-    }
-    while (i < n) pending[static_cast<std::size_t>(filled++)] = x[i++];
-  }
-  Acc result() const {
-    const lanes r = rows.result();
-    const auto& v = r.v;
-    Acc s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-    if (filled != 0) {
-      pairwise_sum<Acc> tail;
-      push_all(tail, pending.data(), filled);
-      s = s + tail.result();
-    }
-    return s;
-  }
-};
-
-}  // namespace precis::detail::bn
-
 namespace precis::op {
 
 /// y = (x - mean_c) / sqrt(var_c + eps) gamma_c + beta_c. Training: mean and (biased) variance
@@ -101,6 +23,7 @@ namespace precis::op {
 /// (a running sum costs one add's latency per value).
 struct batch_norm : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "batch_norm";
   static constexpr std::string_view reason =
       "a channel's mean and variance over the batch: long sums, squares, and an eps below fp16's normal range";
@@ -108,8 +31,8 @@ struct batch_norm : def<policy::safety::needs_wide> {
     bool training = true;
     double momentum = 0.1;
     double eps = 1e-5;
-    double* running_mean = nullptr;  // [C], updated in training, read in evaluation
-    double* running_var = nullptr;
+    double* running_mean = nullptr;  // [C], updated in training, read in evaluation; in the
+    double* running_var = nullptr;   // backend's memory (the host's, or the device's on cuda)
   };
   template <class T>
   struct saved {
@@ -143,49 +66,9 @@ struct batch_norm : def<policy::safety::needs_wide> {
     using Acc = detail::ad::arith_t<typename T::accumulator>;
     static_assert(std::is_same_v<Acc, typename T::accumulator>, "batch_norm accumulates in an arithmetic type");
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
-    const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c), m = n * s;
+    const index_t c = x.shape()[1];
     auto* stats = (ctx.saving() ? ctx.template keep<Acc>(Shape{2 * c}) : ctx.template temp<Acc>(Shape{2 * c})).data();
-    std::array<Acc, detail::chunk> buf;
-    for (index_t ch = 0; ch < c; ++ch) {
-      Acc mu(0), var(0);
-      if (a.training) {
-        detail::bn::lane_sum<Acc> sx;
-        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
-          sx.push(detail::bn::load<Acc>(xc.data() + at, len, buf.data()), len);
-        });
-        mu = sx.result() / Acc(static_cast<double>(m));
-        detail::bn::lane_sum<Acc> sd;
-        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
-          const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
-          for (index_t k = 0; k < len; ++k) {
-            const Acc d = v[k] - mu;
-            buf[static_cast<std::size_t>(k)] = d * d;
-          }
-          sd.push(buf.data(), len);
-        });
-        var = sd.result() / Acc(static_cast<double>(m));
-        if (a.running_mean != nullptr) {
-          a.running_mean[ch] = (1 - a.momentum) * a.running_mean[ch] + a.momentum * static_cast<double>(mu);
-        }
-        if (a.running_var != nullptr) {
-          a.running_var[ch] = (1 - a.momentum) * a.running_var[ch] +
-                              a.momentum * static_cast<double>(var) * static_cast<double>(m) / static_cast<double>(m - 1);
-        }
-      } else {
-        mu = Acc(a.running_mean[ch]);
-        var = Acc(a.running_var[ch]);
-      }
-      using std::sqrt;
-      const Acc rstd = Acc(1) / Acc(sqrt(Acc(var + Acc(a.eps))));
-      stats[2 * ch] = mu;
-      stats[2 * ch + 1] = rstd;
-      const Acc gm = detail::ad::ld<Acc>(gamma(ch)), bt = detail::ad::ld<Acc>(beta(ch));
-      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
-        const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
-        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = Acc((v[k] - mu) * rstd * gm + bt);
-        detail::store_run(buf.data(), y.data() + at, len, 1);
-      });
-    }
+    ctx.template batch_norm_forward<Acc>(xc, gamma, beta, a.training, a.momentum, a.eps, a.running_mean, a.running_var, stats, y);
     sv.stats = stats;
   }
 
@@ -196,39 +79,11 @@ struct batch_norm : def<policy::safety::needs_wide> {
     using Acc = typename T::accumulator;
     const auto& [dx, dgamma, dbeta] = gx;
     const auto xc = ctx.template as<detail::remove_const_t<X>>(std::get<0>(in), false);
-    const auto& gamma = std::get<1>(in);
-    const index_t n = xc.shape()[0], c = xc.shape()[1], s = xc.size() / std::max<index_t>(1, n * c), m = n * s;
+    const index_t c = xc.shape()[1];
     const auto dxa = dx.data() ? ctx.template temp<Acc>(xc.shape()) : TensorView<Acc>();
     const auto dg = ctx.template temp<Acc>(Shape{c});
     const auto db = ctx.template temp<Acc>(Shape{c});
-    std::array<Acc, detail::chunk> buf, gbuf;
-    for (index_t ch = 0; ch < c; ++ch) {
-      const Acc mu = sv.stats[2 * ch], rstd = sv.stats[2 * ch + 1], gm = detail::ad::ld<Acc>(gamma(ch));
-      detail::bn::lane_sum<Acc> sum_g, sum_gx;  // sums of gy and gy xhat
-      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
-        const Acc* g = detail::bn::load<Acc>(gy.data() + at, len, gbuf.data());
-        const Acc* v = detail::bn::load<Acc>(xc.data() + at, len, buf.data());
-        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = g[k] * Acc((v[k] - mu) * rstd);
-        sum_g.push(g, len);
-        sum_gx.push(buf.data(), len);
-      });
-      const Acc sg = sum_g.result(), sgx = sum_gx.result();
-      dg.data()[ch] = sgx;
-      db.data()[ch] = sg;
-      if (!dx.data()) continue;
-      const Acc inv_m = Acc(1) / Acc(static_cast<double>(m));
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < s; ++j) {
-          const index_t at = (i * c + ch) * s + j;
-          const Acc g = detail::ad::ld<Acc>(gy.data()[at]);
-          if (a.training) {  // dx = gamma rstd (g - mean(g) - xhat mean(g xhat))
-            const Acc xh = (detail::ad::ld<Acc>(xc.data()[at]) - mu) * rstd;
-            dxa.data()[at] = gm * rstd * (g - sg * inv_m - xh * sgx * inv_m);
-          } else {
-            dxa.data()[at] = gm * rstd * g;
-          }
-        }
-    }
+    ctx.template batch_norm_backward<Acc>(gy, xc, std::get<1>(in), sv.stats, a.training, dxa.data(), dg.data(), db.data());
     if (dx.data()) ctx.template add_into<Acc>("precis::batch_norm", dx, dxa.as_const());
     if (dgamma.data()) ctx.template add_into<Acc>("precis::batch_norm", dgamma, dg.as_const());
     if (dbeta.data()) ctx.template add_into<Acc>("precis::batch_norm", dbeta, db.as_const());

@@ -21,269 +21,15 @@
 #include <string>
 #include <tuple>
 
-#include "precis/format/convert_x86.hpp"
 #include "precis/ops/op.hpp"
 
-#if PRECIS_X86_SIMD
-#include <immintrin.h>
-#endif
-
 namespace precis::op {
-
-namespace conv_detail {
-
-using pair = std::array<index_t, 2>;
-
-inline std::string str(const pair& p) { return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")"; }
-
-/// Output extent of a window sweep, or -1 when the window does not fit.
-inline index_t out_extent(index_t in, index_t kernel, index_t stride, index_t pad, index_t dil) {
-  const index_t span = dil * (kernel - 1) + 1;
-  if (span > in + 2 * pad) return -1;
-  return (in + 2 * pad - span) / stride + 1;
-}
-
-/// Geometry of one conv2d or pooling call.
-struct geometry {
-  index_t n, c, h, w, kh, kw, ho, wo;
-  pair stride, pad, dil;
-  index_t plane() const { return ho * wo; }
-};
-
-/// The output positions [lo, hi) of a sweep of `out` windows whose kernel tap sits at input
-/// position o * stride + off: those that land inside [0, in).
-inline pair inside(index_t out, index_t in, index_t stride, index_t off) {
-  const index_t lo = std::min(out, off >= 0 ? index_t{0} : (-off + stride - 1) / stride);
-  const index_t hi = std::max(lo, std::min(out, in - 1 - off < 0 ? index_t{0} : (in - 1 - off) / stride + 1));
-  return {lo, hi};
-}
-
-/// col [c * kh * kw, count * ho * wo] of images first..first+count of x [N, C, H, W] (channels
-/// c0..c0+c): the receptive field of every output position, zero where it covers padding.
-template <class L, class S>
-void im2col(const geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) {
-  const index_t p = g.plane(), cols = count * p, k = cs * g.kh * g.kw;
-  const L zero = detail::store<L>(detail::ad::arith_t<L>(0));
-  // a unit-stride "same" sweep (wo == w) of a plane already in L: consecutive output rows read
-  // consecutive input rows, so a tap's valid rows are one contiguous copy, after which the
-  // columns that fell outside the plane (read from a neighbouring row) are zeroed
-  const bool contiguous = std::is_same_v<L, S> && g.stride[0] == 1 && g.stride[1] == 1 && g.wo == g.w;
-  // rows (c, i, j) are independent: split them over threads
-  detail::parallel_ranges(k, detail::threads_for(k * cols, index_t{1} << 15), [&](index_t r0, index_t r1) {
-    for (index_t r = r0; r < r1; ++r) {
-      const index_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-      L* row = col + r * cols;
-      // output rows [oa, ob) and columns [lo, hi) read inside the plane
-      const auto [oa, ob] = inside(g.ho, g.h, g.stride[0], i * g.dil[0] - g.pad[0]);
-      const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
-      const auto [lo, hi] = inside(g.wo, g.w, s1, off);
-      for (index_t b = 0; b < count; ++b) {
-        const S* plane = x + ((first + b) * g.c + c0 + c) * g.h * g.w;
-        L* out = row + b * p;
-        std::fill(out, out + oa * g.wo, zero);
-        std::fill(out + ob * g.wo, out + p, zero);
-        if (contiguous && hi > lo) {
-          const index_t from = oa * g.wo + lo, to = (ob - 1) * g.wo + hi;
-          if (ob > oa) std::copy_n(plane + (oa - g.pad[0] + i * g.dil[0]) * g.w + off + lo, to - from, out + from);
-          for (index_t oh = oa; oh < ob; ++oh) {
-            std::fill(out + oh * g.wo, out + oh * g.wo + lo, zero);
-            std::fill(out + oh * g.wo + hi, out + (oh + 1) * g.wo, zero);
-          }
-          continue;
-        }
-        for (index_t oh = oa; oh < ob; ++oh) {
-          const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
-          L* o = out + oh * g.wo;
-          std::fill(o, o + lo, zero);
-          const S* src = plane + ih * g.w + lo * s1 + off;  // input column of output column lo
-          if (s1 == 1) {
-            for (index_t t = 0; t < hi - lo; ++t) o[lo + t] = L(src[t]);
-          } else {
-            for (index_t t = 0; t < hi - lo; ++t) o[lo + t] = L(src[t * s1]);
-          }
-          std::fill(o + hi, o + g.wo, zero);
-        }
-      }
-    }
-  });
-}
-
-/// The transpose of im2col: dx [N, C, H, W] (Acc) += the column gradients dcol.
-template <class Acc>
-void col2im(const geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) {
-  const index_t p = g.plane(), cols = count * p;
-  // channels write disjoint planes: split them over threads
-  detail::parallel_ranges(cs, detail::threads_for(cs * g.kh * g.kw * cols, index_t{1} << 15), [&](index_t ca, index_t cb) {
-  for (index_t c = ca; c < cb; ++c)
-    for (index_t i = 0; i < g.kh; ++i)
-      for (index_t j = 0; j < g.kw; ++j) {
-        const Acc* row = dcol + ((c * g.kh + i) * g.kw + j) * cols;
-        // only the output positions whose tap lies inside the plane (the rest covered padding)
-        const auto [oa, ob] = inside(g.ho, g.h, g.stride[0], i * g.dil[0] - g.pad[0]);
-        const index_t off = j * g.dil[1] - g.pad[1], s1 = g.stride[1];
-        const auto [lo, hi] = inside(g.wo, g.w, s1, off);
-        for (index_t b = 0; b < count; ++b) {
-          Acc* plane = dx + ((first + b) * g.c + c0 + c) * g.h * g.w;
-          for (index_t oh = oa; oh < ob; ++oh) {
-            const index_t ih = oh * g.stride[0] - g.pad[0] + i * g.dil[0];
-            const Acc* in = row + b * p + oh * g.wo + lo;
-            Acc* dst = plane + ih * g.w + lo * s1 + off;  // input column of output column lo
-            if (s1 == 1) {
-              for (index_t t = 0; t < hi - lo; ++t) dst[t] += in[t];
-            } else {
-              for (index_t t = 0; t < hi - lo; ++t) dst[t * s1] += in[t];
-            }
-          }
-        }
-      }
-  });
-}
-
-/// Formats whose values the weight-gradient kernel below widens to fp32 exactly.
-template <class S>
-inline constexpr bool widens_to_f32 = std::is_same_v<S, float> || std::is_same_v<S, bfloat16> || std::is_same_v<S, half>;
-
-/// The fp32 partial sums of one entry of the weight gradient, added in a fixed pairwise order.
-inline float lane_sum(const float* v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
-
-#if PRECIS_X86_SIMD
-/// Eight values of S (float, bfloat16 or half) at p, widened to fp32 (exact).
-template <class S>
-PRECIS_TARGET_AVX2 inline __m256 load8_f32(const S* p) {
-  if constexpr (std::is_same_v<S, float>) {
-    return _mm256_loadu_ps(p);
-  } else if constexpr (std::is_same_v<S, bfloat16>) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-  } else {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-}
-
-/// Tiles [t0, t1) of the weight gradient's partial sums: for rows o < og of g and t < k of col,
-/// the eight fp32 lanes of the sum over images b < count and positions q < len (a multiple of 8)
-/// of g[b * gs + o * grs + q] * col[t * crs + b * cis + q], lane q % 8, added to part (9 x 8
-/// floats a tile; each image's sums pass through it). Tiles are 3 rows of g x 3 rows of col,
-/// col's blocks outermost (a tile's col rows stay in L1 across g's blocks); rows past og or k
-/// repeat the last one and their sums are not used.
-template <class GQ, class L>
-PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs, index_t cis,
-                                          index_t k, index_t count, index_t len, float* part, index_t t0, index_t t1) {
-  const index_t ob_n = (og + 2) / 3;
-  for (index_t b = 0; b < count; ++b) {
-    for (index_t tile = t0; tile < t1; ++tile) {
-      const index_t tb = tile / ob_n, ob = tile % ob_n;
-      const GQ* g0 = g + b * gs + std::min(3 * ob, og - 1) * grs;
-      const GQ* g1 = g + b * gs + std::min(3 * ob + 1, og - 1) * grs;
-      const GQ* g2 = g + b * gs + std::min(3 * ob + 2, og - 1) * grs;
-      const L* c0 = col + std::min(3 * tb, k - 1) * crs + b * cis;
-      const L* c1 = col + std::min(3 * tb + 1, k - 1) * crs + b * cis;
-      const L* c2 = col + std::min(3 * tb + 2, k - 1) * crs + b * cis;
-      float* pt = part + tile * 72;
-      __m256 a00 = _mm256_loadu_ps(pt), a01 = _mm256_loadu_ps(pt + 8), a02 = _mm256_loadu_ps(pt + 16);
-      __m256 a10 = _mm256_loadu_ps(pt + 24), a11 = _mm256_loadu_ps(pt + 32), a12 = _mm256_loadu_ps(pt + 40);
-      __m256 a20 = _mm256_loadu_ps(pt + 48), a21 = _mm256_loadu_ps(pt + 56), a22 = _mm256_loadu_ps(pt + 64);
-      for (index_t q = 0; q < len; q += 8) {
-        const __m256 x0 = load8_f32(g0 + q), x1 = load8_f32(g1 + q), x2 = load8_f32(g2 + q);
-        __m256 y = load8_f32(c0 + q);
-        a00 = _mm256_fmadd_ps(x0, y, a00);
-        a10 = _mm256_fmadd_ps(x1, y, a10);
-        a20 = _mm256_fmadd_ps(x2, y, a20);
-        y = load8_f32(c1 + q);
-        a01 = _mm256_fmadd_ps(x0, y, a01);
-        a11 = _mm256_fmadd_ps(x1, y, a11);
-        a21 = _mm256_fmadd_ps(x2, y, a21);
-        y = load8_f32(c2 + q);
-        a02 = _mm256_fmadd_ps(x0, y, a02);
-        a12 = _mm256_fmadd_ps(x1, y, a12);
-        a22 = _mm256_fmadd_ps(x2, y, a22);
-      }
-      _mm256_storeu_ps(pt, a00), _mm256_storeu_ps(pt + 8, a01), _mm256_storeu_ps(pt + 16, a02);
-      _mm256_storeu_ps(pt + 24, a10), _mm256_storeu_ps(pt + 32, a11), _mm256_storeu_ps(pt + 40, a12);
-      _mm256_storeu_ps(pt + 48, a20), _mm256_storeu_ps(pt + 56, a21), _mm256_storeu_ps(pt + 64, a22);
-    }
-  }
-}
-#endif
-
-/// Elements of the two scratch buffers weight_grad_direct needs: the tiles' partial sums, and
-/// the last p % 8 positions of every image gathered (rows of og + k, padded to whole vectors).
-inline index_t weight_grad_part_size(index_t og, index_t k) { return (og + 2) / 3 * ((k + 2) / 3) * 72; }
-inline index_t weight_grad_tail_len(index_t count, index_t p) { return (count * (p % 8) + 7) / 8 * 8; }
-
-/// conv2d's weight gradient without a GEMM: gw[o * k + t] += alpha * sum over images b < count
-/// and positions q < p of g[b * gs + o * p + q] * col[t * count * p + b * p + q], where g is the
-/// output gradient as it lies ([images, channels, p], image stride gs: no reorganised copy) and
-/// col the columns [k, count * p]. The long sums are what a GEMM would pack both operands for
-/// (each packed value used og or k times only); here both are read in place, eight fp32 lanes
-/// per entry (every product of float, bfloat16 or half values exact), image after image, then
-/// every image's last p % 8 positions gathered into one more row (zero-padded), and the lanes
-/// added pairwise at the end: the same operations in the same order for any thread count.
-/// `part` holds weight_grad_part_size floats, tail_g og and tail_c k rows of
-/// weight_grad_tail_len values. Needs weight_grad_direct_available().
-template <class GQ, class L>
-void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
-                        float* gw, float* part, GQ* tail_g, L* tail_c) {
-#if PRECIS_X86_SIMD
-  const index_t ob_n = (og + 2) / 3, tiles = ob_n * ((k + 2) / 3), cols = count * p, full = p / 8 * 8, rem = p - full;
-  const index_t tail = weight_grad_tail_len(count, p);
-  if (rem > 0) {  // the tails, image after image, then zeros to a whole vector
-    for (index_t o = 0; o < og; ++o) {
-      GQ* d = tail_g + o * tail;
-      for (index_t b = 0; b < count; ++b) std::copy_n(g + b * gs + o * p + full, rem, d + b * rem);
-      std::fill(d + count * rem, d + tail, static_cast<GQ>(0.0f));
-    }
-    for (index_t t = 0; t < k; ++t) {
-      L* d = tail_c + t * tail;
-      for (index_t b = 0; b < count; ++b) std::copy_n(col + t * cols + b * p + full, rem, d + b * rem);
-      std::fill(d + count * rem, d + tail, static_cast<L>(0.0f));
-    }
-  }
-  detail::parallel_ranges(tiles, detail::threads_for(og * k * count * p, index_t{1} << 16), [&](index_t t0, index_t t1) {
-    std::fill(part + t0 * 72, part + t1 * 72, 0.0f);
-    weight_grad_tiles(g, gs, p, og, col, cols, p, k, count, full, part, t0, t1);
-    if (rem > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, 0, k, 1, tail, part, t0, t1);
-    for (index_t tile = t0; tile < t1; ++tile) {
-      const index_t tb = tile / ob_n, ob = tile % ob_n;
-      for (index_t i = 0; i < 3 && 3 * ob + i < og; ++i)
-        for (index_t j = 0; j < 3 && 3 * tb + j < k; ++j)
-          gw[(3 * ob + i) * k + 3 * tb + j] += alpha * lane_sum(part + tile * 72 + (3 * i + j) * 8);
-    }
-  });
-#else
-  (void)g, (void)gs, (void)og, (void)col, (void)k, (void)count, (void)p, (void)alpha, (void)gw, (void)part, (void)tail_g, (void)tail_c;
-#endif
-}
-
-/// Whether this CPU runs weight_grad_direct (AVX2 and FMA, within PRECIS_ISA's cap).
-inline bool weight_grad_direct_available() {
-#if PRECIS_X86_SIMD
-  return detail::cpu_has_avx2_fma();
-#else
-  return false;
-#endif
-}
-
-/// Images per im2col batch: the column buffer holds at most 2^19 elements (2 MiB of fp32), so
-/// that one batch's columns, their GEMMs' packed copies and the backward's column gradients
-/// stay in cache between the loops that write and read them, instead of streaming through
-/// memory (the demo CNN's whole batch of 128 images was 14 MiB of columns; its step took 1.2x
-/// as long: docs/benchmarks.md). The weight gradient sums over the batches in order (its GEMMs
-/// accumulate into it), so the batch size is part of its summation order: it depends on the
-/// shapes only, never on the machine or the thread count.
-inline constexpr index_t column_batch_elements = index_t{1} << 19;
-
-inline index_t images_per_batch(index_t n, index_t k, index_t plane) {
-  const index_t per = std::max<index_t>(1, k * plane);
-  return std::max<index_t>(1, std::min<index_t>(n, column_batch_elements / per));
-}
-
-}  // namespace conv_detail
 
 /// 2-D cross-correlation (PyTorch's conv2d): x [N, C, H, W], w [O, C / groups, kh, kw],
 /// optional bias [O] -> [N, O, Ho, Wo], Ho = (H + 2 pad - dil (kh - 1) - 1) / stride + 1.
 struct conv2d : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "conv2d";
   static constexpr std::string_view reason =
       "a GEMM over receptive fields (im2col): products exact in fp32, a wide accumulator takes the C kh kw "
@@ -354,33 +100,17 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto col = keep_cols ? TensorView<L>(kept, Shape{k, nb * p}) : ctx.template temp<L>(Shape{k, nb * p});
     sv.cols = kept;
     const auto acc = ctx.template temp<Acc>(Shape{og, nb * p});
+    TensorView<const Acc> no_bias;
+    const auto bias_view = std::get<0>(std::forward_as_tuple(bias..., no_bias));  // no_bias when there is none
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
         L* cg_cols = kept ? kept + gi * k * cols : col.data();
-        conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, cg_cols);
+        ctx.im2col(g, sv.x.data(), gi * cg, cg, n0, count, cg_cols);
         const TensorView<Acc> av(acc.data(), Shape{og, cols});
         ctx.gemm(av, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}), TensorView<const L>(cg_cols, Shape{k, cols}),
                  false, alpha);
-        detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
-          for (index_t o = o0; o < o1; ++o) {
-            const index_t oc = gi * og + o;
-            Acc bv(0);
-            ((bv = detail::ad::ld<Acc>(bias(oc))), ...);
-            for (index_t b = 0; b < count; ++b) {
-              Acc* in = acc.data() + o * cols + b * p;
-              O* out = y.data() + ((n0 + b) * w.shape()[0] + oc) * p;
-              if constexpr (std::is_same_v<O, Acc>) {
-                for (index_t q = 0; q < p; ++q) out[q] = Acc(in[q] + bv);
-              } else {
-                if constexpr (sizeof...(B) > 0) {
-                  for (index_t q = 0; q < p; ++q) in[q] = Acc(in[q] + bv);
-                }
-                detail::store_run(in, out, p, 1);  // rounded once, vectorized
-              }
-            }
-          }
-        });
+        ctx.conv_output(acc.data(), bias_view, gi * og, og, w.shape()[0], n0, count, p, y.data());
       }
     }
   }
@@ -407,7 +137,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     if constexpr (std::is_same_v<std::remove_pointer_t<decltype(gxv.data())>, Acc>) {
       if (want_x && gxv.is_contiguous() && ctx.take_fresh(gxv)) {
         gx_sum = gxv.data();
-        std::fill_n(gx_sum, gxv.size(), Acc(0));
+        ctx.fill_zero(gxv);
       }
     }
     const bool gx_direct = gx_sum != nullptr;
@@ -421,8 +151,9 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
     // the weight gradient straight from gy and the columns where the types allow
     // (conv_detail::weight_grad_direct); the GEMMs read gy reorganised as [og, images * p]
-    constexpr bool direct_types = std::is_same_v<Acc, float> && conv_detail::widens_to_f32<L> && conv_detail::widens_to_f32<GQ>;
-    const bool direct_w = direct_types && want_w && conv_detail::weight_grad_direct_available();
+    constexpr bool direct_types = Ctx::template weight_grad_direct_types<Acc, L, GQ>;
+    bool direct_w = false;
+    if constexpr (direct_types) direct_w = want_w && ctx.weight_grad_direct_available();
     const auto part = direct_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
     const index_t tail = direct_w ? conv_detail::weight_grad_tail_len(nb, p) : 0;
     const auto tail_g = ctx.template temp<GQ>(Shape{og * tail});
@@ -432,51 +163,17 @@ struct conv2d : def<policy::safety::low_precision_safe> {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
         const bool need_gm = want_x || (want_w && !direct_w);
-        // this group's output gradients as [og, count * p]
-        detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
-          for (index_t o = need_gm ? o0 : o1; o < o1; ++o) {
-            for (index_t b = 0; b < count; ++b) {
-              const index_t at = ((n0 + b) * oc_all + gi * og + o) * p;
-              std::copy_n(gq.data() + at, p, gyg.data() + o * cols + b * p);
-            }
-          }
-          if (!want_b) return;
-          // the bias gradients: each channel's sum of gy in (image, position) order, eight
-          // channels side by side so that their chains of additions overlap
-          constexpr index_t lanes = 8;
-          std::array<std::array<Acc, detail::chunk>, lanes> buf;
-          for (index_t c0 = o0; c0 < o1; c0 += lanes) {
-            const index_t nc = std::min(lanes, o1 - c0);
-            std::array<Acc, lanes> s{};
-            std::array<const Acc*, lanes> v{};
-            for (index_t j = 0; j < nc; ++j) s[static_cast<std::size_t>(j)] = gb_acc.data()[gi * og + c0 + j];
-            for (index_t b = 0; b < count; ++b) {
-              for (index_t q0 = 0; q0 < p; q0 += detail::chunk) {
-                const index_t len = std::min(detail::chunk, p - q0);
-                for (index_t j = 0; j < nc; ++j) {
-                  const G* src = gy.data() + ((n0 + b) * oc_all + gi * og + c0 + j) * p + q0;
-                  v[static_cast<std::size_t>(j)] = detail::load_run<Acc>(src, len, index_t{1}, buf[static_cast<std::size_t>(j)].data());
-                }
-                if (nc == lanes) {
-                  for (index_t q = 0; q < len; ++q)
-                    for (std::size_t j = 0; j < lanes; ++j) s[j] += v[j][q];
-                } else {
-                  for (index_t q = 0; q < len; ++q)
-                    for (index_t j = 0; j < nc; ++j) s[static_cast<std::size_t>(j)] += v[static_cast<std::size_t>(j)][q];
-                }
-              }
-            }
-            for (index_t j = 0; j < nc; ++j) gb_acc.data()[gi * og + c0 + j] = s[static_cast<std::size_t>(j)];
-          }
-        });
+        // this group's output gradients as [og, count * p], and the bias gradients
+        ctx.conv_output_grads(gq.data(), gy.data(), gi * og, og, oc_all, n0, count, p, need_gm ? gyg.data() : nullptr,
+                              want_b ? gb_acc.data() + gi * og : nullptr);
         const TensorView<const GQ> gm(gyg.data(), Shape{og, cols});
         if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
-          if (!sv.cols) conv_detail::im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
+          if (!sv.cols) ctx.im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
           const double alpha = 1.0 / (double(sv.sc.s0) * sg);
           if constexpr (direct_types) {
             if (direct_w) {
-              conv_detail::weight_grad_direct(gq.data() + (n0 * oc_all + gi * og) * p, oc_all * p, og, cg_cols, k, count, p,
+              ctx.weight_grad_direct(gq.data() + (n0 * oc_all + gi * og) * p, oc_all * p, og, cg_cols, k, count, p,
                                               static_cast<float>(alpha), gw_acc.data() + gi * og * k, part.data(), tail_g.data(),
                                               tail_c.data());
             }
@@ -489,7 +186,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
           ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false, 1.0 / (double(sv.sc.s1) * sg));
-          conv_detail::col2im(g, dc.data(), gi * cg, cg, n0, count, gx_sum);
+          ctx.col2im(g, dc.data(), gi * cg, cg, n0, count, gx_sum);
         }
       }
     }
@@ -535,357 +232,10 @@ struct pool_def {
   }
 };
 
-namespace conv_detail {
-
-#if PRECIS_X86_SIMD
-/// One step of max_pool_2x2's selection in every lane: v wins where it is larger than the best
-/// so far or a NaN, and its position is first + offset.
-PRECIS_TARGET_AVX512 inline void max_pool_consider_avx512(__m512 v, std::int32_t offset, __m512i first, __m512& bv,
-                                                          __m512i& best) {
-  const __mmask16 all = 0xFFFF;
-  const auto take = static_cast<__mmask16>(_mm512_mask_cmp_ps_mask(all, v, bv, _CMP_GT_OQ) |
-                                           _mm512_mask_cmp_ps_mask(all, v, v, _CMP_UNORD_Q));
-  bv = _mm512_mask_mov_ps(bv, take, v);
-  best = _mm512_mask_add_epi32(best, take, first, _mm512_set1_epi32(offset));
-}
-
-/// max_pool_2x2's selection for n <= 16 windows side by side (rows r0 and r1, the first window
-/// at position c in the plane, rows w apart), in AVX-512 lanes: each lane takes its window's four
-/// elements in the scalar loop's order with the same rule, so values and positions are the
-/// same bit for bit. Masked loads and stores: nothing past the 2n inputs or n outputs is touched.
-PRECIS_TARGET_AVX512 inline void max_pool_2x2_avx512(const float* r0, const float* r1, index_t n, std::int32_t c,
-                                                     std::int32_t w, float* out, std::int32_t* at) {
-  const __mmask16 all = 0xFFFF;
-  const auto mask = [](index_t bits) {
-    return static_cast<__mmask16>(bits >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(bits)) - 1u);
-  };
-  const __mmask16 lo = mask(2 * n), hi = mask(2 * n - 16 > 0 ? 2 * n - 16 : 0), outs = mask(n);
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_maskz_add_epi32(all, even, _mm512_set1_epi32(1));
-  const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0), a1 = _mm512_maskz_loadu_ps(hi, r0 + 16);
-  const __m512 b0 = _mm512_maskz_loadu_ps(lo, r1), b1 = _mm512_maskz_loadu_ps(hi, r1 + 16);
-  // each window's first element and its position: c + 2 lane
-  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c), even);
-  __m512 bv = _mm512_maskz_permutex2var_ps(all, a0, even, a1);
-  __m512i best = first;
-  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, a0, odd, a1), 1, first, bv, best);
-  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, b0, even, b1), w, first, bv, best);
-  max_pool_consider_avx512(_mm512_maskz_permutex2var_ps(all, b0, odd, b1), w + 1, first, bv, best);
-  _mm512_mask_storeu_ps(out, outs, bv);
-  if (at) _mm512_mask_storeu_epi32(at, outs, best);
-}
-
-/// One element of each window's row pair (the low or high half of each 32-bit lane) as fp32,
-/// NaNs quieted as the bulk conversions quiet them.
-template <class S>
-PRECIS_TARGET_AVX512 inline __m512 max_pool_widen_avx512(__m512i dw, bool high) {
-  const __mmask16 all = 0xFFFF;
-  if constexpr (std::is_same_v<S, bfloat16>) {
-    const __m512 v = _mm512_castsi512_ps(high ? _mm512_and_si512(dw, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))
-                                              : _mm512_maskz_slli_epi32(all, dw, 16));
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    return _mm512_castsi512_ps(_mm512_mask_or_epi32(_mm512_castps_si512(v), nan, _mm512_castps_si512(v), _mm512_set1_epi32(0x00400000)));
-  } else {
-    const __m512i h = high ? _mm512_maskz_srli_epi32(all, dw, 16) : dw;
-    return _mm512_maskz_cvtph_ps(all, _mm512_maskz_cvtepi32_epi16(all, h));
-  }
-}
-
-/// max_pool_2x2_avx512 for 16-bit inputs and outputs of the same format S (half or bfloat16),
-/// read in place: each 32-bit load holds one window's pair of a row, so a row of n <= 16
-/// windows is one masked load, widened in the lanes (NaNs quieted, as the bulk conversions do).
-/// The winner goes back to S unchanged (quieted if a NaN): the same bits as widening the
-/// tensor, selecting in fp32 and rounding the winners to S.
-template <class S>
-PRECIS_TARGET_AVX512 inline void max_pool_2x2_avx512_16(const S* r0, const S* r1, index_t n, std::int32_t c, std::int32_t w,
-                                                        S* out, std::int32_t* at) {
-  const __mmask16 all = 0xFFFF;
-  const auto m = static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(n)) - 1u);
-  const __m512i d0 = _mm512_maskz_loadu_epi32(m, r0), d1 = _mm512_maskz_loadu_epi32(m, r1);
-  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c),
-                                               _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0));
-  __m512 bv = max_pool_widen_avx512<S>(d0, false);
-  __m512i best = first;
-  max_pool_consider_avx512(max_pool_widen_avx512<S>(d0, true), 1, first, bv, best);
-  max_pool_consider_avx512(max_pool_widen_avx512<S>(d1, false), w, first, bv, best);
-  max_pool_consider_avx512(max_pool_widen_avx512<S>(d1, true), w + 1, first, bv, best);
-  __m256i y;
-  if constexpr (std::is_same_v<S, bfloat16>) {
-    y = _mm512_maskz_cvtepi32_epi16(all, _mm512_maskz_srli_epi32(all, _mm512_castps_si512(bv), 16));
-  } else {
-    y = _mm512_maskz_cvtps_ph(all, bv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  }
-  if (n == 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), y);
-  } else {
-    alignas(32) S tmp[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), y);
-    std::memcpy(static_cast<void*>(out), tmp, static_cast<std::size_t>(n) * sizeof(S));
-  }
-  if (at) _mm512_mask_storeu_epi32(at, m, best);
-}
-
-/// max_pool2d's backward for a row of n <= 16 disjoint 2 x 2 windows (the first at position c,
-/// rows w apart): each window's four inputs in rows r0 and r1 get 0 + g (the scalar loop's sum
-/// into zeros) where `at` names them, else zero; lanes interleaved back into the rows.
-PRECIS_TARGET_AVX512 inline void max_pool_2x2_grad_avx512(const float* g, const std::int32_t* at, index_t n, std::int32_t c,
-                                                          std::int32_t w, float* r0, float* r1) {
-  const __mmask16 all = 0xFFFF;
-  const auto mask = [](index_t bits) {
-    return static_cast<__mmask16>(bits >= 16 ? 0xFFFFu : (1u << static_cast<unsigned>(bits)) - 1u);
-  };
-  const __mmask16 m = mask(n), lo = mask(2 * n), hi = mask(2 * n - 16 > 0 ? 2 * n - 16 : 0);
-  const __m512 v = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(m, g));
-  const __m512i first = _mm512_maskz_add_epi32(all, _mm512_set1_epi32(c),
-                                               _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0));
-  const __m512i off = _mm512_maskz_sub_epi32(all, _mm512_maskz_loadu_epi32(m, at), first);
-  const __m512i first_half = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512i second_half = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-  const __m512 e0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_setzero_si512()), v);
-  const __m512 o0 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(1)), v);
-  const __m512 e1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(w)), v);
-  const __m512 o1 = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(off, _mm512_set1_epi32(w + 1)), v);
-  _mm512_mask_storeu_ps(r0, lo, _mm512_permutex2var_ps(e0, first_half, o0));
-  _mm512_mask_storeu_ps(r0 + 16, hi, _mm512_permutex2var_ps(e0, second_half, o0));
-  _mm512_mask_storeu_ps(r1, lo, _mm512_permutex2var_ps(e1, first_half, o1));
-  _mm512_mask_storeu_ps(r1 + 16, hi, _mm512_permutex2var_ps(e1, second_half, o1));
-}
-
-/// The AVX2 forms of the kernels above: 8 windows side by side.
-PRECIS_TARGET_AVX2 inline void max_pool_consider_avx2(__m256 v, std::int32_t offset, __m256i first, __m256& bv, __m256i& best) {
-  const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, bv, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  bv = _mm256_blendv_ps(bv, v, take);
-  const __m256i pos = _mm256_add_epi32(first, _mm256_set1_epi32(offset));
-  best = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best), _mm256_castsi256_ps(pos), take));
-}
-
-/// The even (odd) elements of x then of y: [x0 x2 x4 x6 y0 y2 y4 y6] ([x1 x3 ... y7]).
-PRECIS_TARGET_AVX2 inline __m256 max_pool_even_avx2(__m256 x, __m256 y) {
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0x88)), 0xD8));
-}
-PRECIS_TARGET_AVX2 inline __m256 max_pool_odd_avx2(__m256 x, __m256 y) {
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x, y, 0xDD)), 0xD8));
-}
-
-/// max_pool_2x2_avx512 in AVX2 lanes, n <= 8 windows. Plain loads and stores of 8 windows;
-/// fewer (a row's last windows when the row has fewer than 8) go through copies on the stack,
-/// as AVX2's masked loads and stores are microcoded and slow on some CPUs (AMD's before Zen 4).
-PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2(const float* r0, const float* r1, index_t n, std::int32_t c, std::int32_t w,
-                                                 float* out, std::int32_t* at) {
-  if (n < 8) {
-    alignas(32) float a[16] = {}, b[16] = {}, y[8];
-    alignas(32) std::int32_t pos[8];
-    std::copy_n(r0, 2 * n, a);
-    std::copy_n(r1, 2 * n, b);
-    max_pool_2x2_avx2(a, b, 8, c, w, y, at ? pos : nullptr);
-    std::copy_n(y, n, out);
-    if (at) std::copy_n(pos, n, at);
-    return;
-  }
-  const __m256 a0 = _mm256_loadu_ps(r0), a1 = _mm256_loadu_ps(r0 + 8);
-  const __m256 b0 = _mm256_loadu_ps(r1), b1 = _mm256_loadu_ps(r1 + 8);
-  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-  __m256 bv = max_pool_even_avx2(a0, a1);
-  __m256i best = first;
-  max_pool_consider_avx2(max_pool_odd_avx2(a0, a1), 1, first, bv, best);
-  max_pool_consider_avx2(max_pool_even_avx2(b0, b1), w, first, bv, best);
-  max_pool_consider_avx2(max_pool_odd_avx2(b0, b1), w + 1, first, bv, best);
-  _mm256_storeu_ps(out, bv);
-  if (at) _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), best);
-}
-
-/// x where the lane's offset o is k, else zero.
-PRECIS_TARGET_AVX2 inline __m256 max_pool_pick_avx2(__m256 x, __m256i o, std::int32_t k) {
-  return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_cmpeq_epi32(o, _mm256_set1_epi32(k))));
-}
-
-/// max_pool_2x2_grad_avx512 in AVX2 lanes, n <= 8 windows (fewer through copies on the stack).
-PRECIS_TARGET_AVX2 inline void max_pool_2x2_grad_avx2(const float* g, const std::int32_t* at, index_t n, std::int32_t c,
-                                                      std::int32_t w, float* r0, float* r1) {
-  if (n < 8) {
-    alignas(32) float gb[8] = {}, a[16], b[16];
-    alignas(32) std::int32_t ab[8] = {};
-    std::copy_n(g, n, gb);
-    std::copy_n(at, n, ab);
-    max_pool_2x2_grad_avx2(gb, ab, 8, c, w, a, b);
-    std::copy_n(a, 2 * n, r0);
-    std::copy_n(b, 2 * n, r1);
-    return;
-  }
-  const __m256 v = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(g));
-  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-  const __m256i off = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)), first);
-  const __m256 e0 = max_pool_pick_avx2(v, off, 0), o0 = max_pool_pick_avx2(v, off, 1);
-  const __m256 e1 = max_pool_pick_avx2(v, off, w), o1 = max_pool_pick_avx2(v, off, w + 1);
-  // [e0 o0] interleaved: unpack within 128-bit lanes, then the lanes in order
-  const __m256 lo0 = _mm256_unpacklo_ps(e0, o0), hi0 = _mm256_unpackhi_ps(e0, o0);
-  const __m256 lo1 = _mm256_unpacklo_ps(e1, o1), hi1 = _mm256_unpackhi_ps(e1, o1);
-  _mm256_storeu_ps(r0, _mm256_permute2f128_ps(lo0, hi0, 0x20));
-  _mm256_storeu_ps(r0 + 8, _mm256_permute2f128_ps(lo0, hi0, 0x31));
-  _mm256_storeu_ps(r1, _mm256_permute2f128_ps(lo1, hi1, 0x20));
-  _mm256_storeu_ps(r1 + 8, _mm256_permute2f128_ps(lo1, hi1, 0x31));
-}
-
-/// max_pool_widen_avx512 in AVX2 lanes.
-template <class S>
-PRECIS_TARGET_AVX2 inline __m256 max_pool_widen_avx2(__m256i dw, bool high) {
-  if constexpr (std::is_same_v<S, bfloat16>) {
-    const __m256 v = _mm256_castsi256_ps(high ? _mm256_and_si256(dw, _mm256_set1_epi32(static_cast<int>(0xffff0000u)))
-                                              : _mm256_slli_epi32(dw, 16));
-    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    return _mm256_or_ps(v, _mm256_and_ps(nan, _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000))));
-  } else {
-    // the low (high) halves of the dwords as eight fp16 values: packed within each 128-bit
-    // lane, then the two lanes' low quarters side by side
-    const __m256i h = high ? _mm256_srli_epi32(dw, 16) : _mm256_and_si256(dw, _mm256_set1_epi32(0xffff));
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
-  }
-}
-
-/// max_pool_2x2_avx512_16 in AVX2 lanes, n <= 8 windows (one load of 8 dwords a row; fewer
-/// windows through copies on the stack, as in max_pool_2x2_avx2).
-template <class S>
-PRECIS_TARGET_AVX2 inline void max_pool_2x2_avx2_16(const S* r0, const S* r1, index_t n, std::int32_t c, std::int32_t w, S* out,
-                                                     std::int32_t* at) {
-  if (n < 8) {
-    alignas(32) S a[16] = {}, b[16] = {}, y[8];
-    alignas(32) std::int32_t pos[8];
-    std::memcpy(static_cast<void*>(a), static_cast<const void*>(r0), static_cast<std::size_t>(2 * n) * sizeof(S));
-    std::memcpy(static_cast<void*>(b), static_cast<const void*>(r1), static_cast<std::size_t>(2 * n) * sizeof(S));
-    max_pool_2x2_avx2_16<S>(a, b, 8, c, w, y, at ? pos : nullptr);
-    std::memcpy(static_cast<void*>(out), static_cast<const void*>(y), static_cast<std::size_t>(n) * sizeof(S));
-    if (at) std::copy_n(pos, n, at);
-    return;
-  }
-  const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
-  const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1));
-  const __m256i first = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
-  __m256 bv = max_pool_widen_avx2<S>(d0, false);
-  __m256i best = first;
-  max_pool_consider_avx2(max_pool_widen_avx2<S>(d0, true), 1, first, bv, best);
-  max_pool_consider_avx2(max_pool_widen_avx2<S>(d1, false), w, first, bv, best);
-  max_pool_consider_avx2(max_pool_widen_avx2<S>(d1, true), w + 1, first, bv, best);
-  __m128i y;
-  if constexpr (std::is_same_v<S, bfloat16>) {
-    const __m256i hi16 = _mm256_srli_epi32(_mm256_castps_si256(bv), 16);
-    y = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi16, hi16), 0x08));
-  } else {
-    y = _mm256_cvtps_ph(bv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  }
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), y);
-  if (at) _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), best);
-}
-#endif
-
-/// max_pool2d's backward over one row of wo disjoint 2 x 2 windows: the two input rows from
-/// r0 (w apart, the row pair's first element at position c in the plane) get each window's
-/// gradient 0 + g at the position `at` names and zero elsewhere, in AVX-512 or AVX2 lanes
-/// where the CPU has them (float), else in a loop; the same values either way.
-template <class R>
-void max_pool_2x2_grad_row(const R* g, const std::int32_t* at, index_t wo, std::int32_t c, std::int32_t w, R* r0) {
-  R* r1 = r0 + w;
-#if PRECIS_X86_SIMD
-  if constexpr (std::is_same_v<R, float>) {
-    if (detail::cpu_has_avx512f()) {
-      for (index_t o0 = 0; o0 < wo; o0 += 16) {
-        max_pool_2x2_grad_avx512(g + o0, at + o0, std::min<index_t>(16, wo - o0), c + 2 * static_cast<std::int32_t>(o0), w,
-                                 r0 + 2 * o0, r1 + 2 * o0);
-      }
-      return;
-    }
-    if (detail::cpu_has_avx2_f16c()) {
-      for (index_t o1 = 0; o1 < wo; o1 += 8) {
-        const index_t o0 = wo >= 8 ? std::min<index_t>(o1, wo - 8) : o1;  // the last 8 overlap, as in the forward
-        max_pool_2x2_grad_avx2(g + o0, at + o0, std::min<index_t>(8, wo - o0), c + 2 * static_cast<std::int32_t>(o0), w,
-                               r0 + 2 * o0, r1 + 2 * o0);
-      }
-      return;
-    }
-  }
-#endif
-  for (index_t j = 0; j < wo; ++j) {
-    const R v = R(0) + g[j];
-    const std::int32_t off = at[j] - (c + 2 * static_cast<std::int32_t>(j));
-    r0[2 * j] = off == 0 ? v : R(0);
-    r0[2 * j + 1] = off == 1 ? v : R(0);
-    r1[2 * j] = off == w ? v : R(0);
-    r1[2 * j + 1] = off == w + 1 ? v : R(0);
-  }
-}
-
-/// Max pooling over unpadded 2 x 2 windows at stride 2 (the CNNs' case) of one h x w plane:
-/// the general loop's selection (the first largest element, or a NaN), 16 windows at a time in
-/// AVX-512 lanes or 8 in AVX2 lanes where the CPU has them (float inputs), else in a loop; `at` (when Save) gets
-/// each winner's position in the plane. A 16-bit output is rounded a run at a time
-/// (vectorized conversions).
-template <bool Save, class R, class O>
-void max_pool_2x2(const R* in, index_t w, index_t ho, index_t wo, O* y, std::int32_t* at) {
-  using A = detail::ad::arith_t<O>;
-  constexpr bool direct = std::is_same_v<O, A>;
-  const auto wi = static_cast<std::int32_t>(w);
-  std::array<A, direct ? 1 : detail::chunk> buf;
-#if PRECIS_X86_SIMD
-  if constexpr (std::is_same_v<R, float> && std::is_same_v<A, float>) {
-    const bool wide = detail::cpu_has_avx512f();
-    if (wide || detail::cpu_has_avx2_f16c()) {
-      const index_t lanes = wide ? 16 : 8;
-      std::array<float, direct ? 1 : 16> row_buf;
-      for (index_t oh = 0; oh < ho; ++oh) {
-        const R* r0 = in + 2 * oh * w;
-        const auto row = static_cast<std::int32_t>(2 * oh * w);
-        for (index_t o1 = 0; o1 < wo; o1 += lanes) {
-          // AVX2: a row's last 8 windows overlap the previous 8 rather than being fewer
-          const index_t o0 = !wide && wo >= lanes ? std::min(o1, wo - lanes) : o1, len = std::min(lanes, wo - o0);
-          float* out = nullptr;
-          if constexpr (direct) out = y + oh * wo + o0;
-          else out = row_buf.data();
-          const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
-          std::int32_t* a = Save ? at + oh * wo + o0 : nullptr;
-          if (wide) max_pool_2x2_avx512(r0 + 2 * o0, r0 + w + 2 * o0, len, c, wi, out, a);
-          else max_pool_2x2_avx2(r0 + 2 * o0, r0 + w + 2 * o0, len, c, wi, out, a);
-          if constexpr (!direct) detail::store_run(row_buf.data(), y + oh * wo + o0, len, index_t{1});
-        }
-      }
-      return;
-    }
-  }
-#endif
-  for (index_t oh = 0; oh < ho; ++oh) {
-    const R* r0 = in + 2 * oh * w;
-    const R* r1 = r0 + w;
-    const auto row = static_cast<std::int32_t>(2 * oh * w);
-    for (index_t o0 = 0; o0 < wo; o0 += detail::chunk) {
-      const index_t len = std::min(detail::chunk, wo - o0);
-      A* out = nullptr;
-      if constexpr (direct) out = y + oh * wo + o0;
-      else out = buf.data();
-      for (index_t j = 0; j < len; ++j) {
-        const index_t ow = o0 + j;
-        const std::int32_t c = row + 2 * static_cast<std::int32_t>(ow);
-        R bv = r0[2 * ow];
-        std::int32_t best = c;
-        const auto consider = [&](R v, std::int32_t pos) {
-          const bool take = v > bv || v != v;
-          best = take ? pos : best;
-          bv = take ? v : bv;
-        };
-        consider(r0[2 * ow + 1], c + 1);
-        consider(r1[2 * ow], c + wi);
-        consider(r1[2 * ow + 1], c + wi + 1);
-        out[j] = A(bv);
-        if constexpr (Save) at[oh * wo + ow] = best;
-      }
-      if constexpr (!direct) detail::store_run(buf.data(), y + oh * wo + o0, len, index_t{1});
-    }
-  }
-}
-
-}  // namespace conv_detail
-
 /// The largest element of each window (padding never wins); the gradient goes to it.
 struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "max_pool2d";
   static constexpr std::string_view reason = "selection: exact";
   using attrs = pool2d_attrs;
@@ -897,96 +247,8 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x) {
-    using R = detail::ad::arith_t<detail::remove_const_t<X>>;
-    const auto g = geometry_of(a, x.shape());
     std::int32_t* at = ctx.saving() ? ctx.template keep_array<std::int32_t>(y.size()) : nullptr;
-    const index_t planes = g.n * g.c;
-    const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0;
-#if PRECIS_X86_SIMD
-    // 16-bit windows in and out of one format: selected in place (AVX-512 or AVX2 lanes), no
-    // widened copy of x
-    if constexpr ((std::is_same_v<O, half> || std::is_same_v<O, bfloat16>) && std::is_same_v<detail::remove_const_t<X>, O>) {
-      const bool wide = detail::cpu_has_avx512f();
-      if (two_by_two && x.is_contiguous() && (wide || detail::cpu_has_avx2_f16c())) {
-        const auto wi = static_cast<std::int32_t>(g.w);
-        const index_t lanes = wide ? 16 : 8;
-        detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
-          for (index_t pl = p0; pl < p1; ++pl) {
-            const O* in = x.data() + pl * g.h * g.w;
-            O* yp = y.data() + pl * g.plane();
-            std::int32_t* ap = at ? at + pl * g.plane() : nullptr;
-            for (index_t oh = 0; oh < g.ho; ++oh) {
-              const O* r0 = in + 2 * oh * g.w;
-              const auto row = static_cast<std::int32_t>(2 * oh * g.w);
-              for (index_t o1 = 0; o1 < g.wo; o1 += lanes) {
-                // AVX2: a row's last 8 windows overlap the previous 8 rather than being fewer
-                const index_t o0 = !wide && g.wo >= lanes ? std::min(o1, g.wo - lanes) : o1, len = std::min(lanes, g.wo - o0);
-                const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
-                std::int32_t* apo = ap ? ap + oh * g.wo + o0 : nullptr;
-                if (wide) conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
-                else conv_detail::max_pool_2x2_avx2_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
-              }
-            }
-          }
-        });
-        sv.at = at;
-        return;
-      }
-    }
-#endif
-    const auto xc = ctx.template as<R>(x, false);  // widened once, vectorized (exact)
-    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
-    for (index_t pl = p0; pl < p1; ++pl) {
-      const auto* in = xc.data() + pl * g.h * g.w;
-      if (two_by_two) {
-        O* yp = y.data() + pl * g.plane();
-        if (at) conv_detail::max_pool_2x2<true>(in, g.w, g.ho, g.wo, yp, at + pl * g.plane());
-        else conv_detail::max_pool_2x2<false>(in, g.w, g.ho, g.wo, yp, at);
-        continue;
-      }
-      if (g.pad[0] == 0 && g.pad[1] == 0) {  // every window inside the plane: no bounds checks
-        for (index_t oh = 0; oh < g.ho; ++oh)
-          for (index_t ow = 0; ow < g.wo; ++ow) {
-            const index_t base = oh * g.stride[0] * g.w + ow * g.stride[1];
-            index_t best = base;
-            R bv = detail::ad::ld<R>(in[base]);
-            for (index_t i = 0; i < g.kh; ++i)
-              for (index_t j = 0; j < g.kw; ++j) {
-                const index_t at_ij = base + i * g.w + j;
-                const R v = detail::ad::ld<R>(in[at_ij]);
-                const bool take = v > bv || v != v;  // selects, without a branch to mispredict
-                best = take ? at_ij : best;
-                bv = take ? v : bv;
-              }
-            const index_t o = (pl * g.ho + oh) * g.wo + ow;
-            y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
-            if (at) at[o] = static_cast<std::int32_t>(best);
-          }
-        continue;
-      }
-      for (index_t oh = 0; oh < g.ho; ++oh)
-        for (index_t ow = 0; ow < g.wo; ++ow) {
-          index_t best = -1;
-          R bv(0);
-          for (index_t i = 0; i < g.kh; ++i) {
-            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
-            if (ih < 0 || ih >= g.h) continue;
-            for (index_t j = 0; j < g.kw; ++j) {
-              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
-              if (iw < 0 || iw >= g.w) continue;
-              const R v = detail::ad::ld<R>(in[ih * g.w + iw]);
-              if (best < 0 || v > bv || v != v) {
-                best = ih * g.w + iw;
-                bv = v;
-              }
-            }
-          }
-          const index_t o = (pl * g.ho + oh) * g.wo + ow;
-          y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
-          if (at) at[o] = static_cast<std::int32_t>(best);
-        }
-    }
-    });
+    ctx.max_pool(geometry_of(a, x.shape()), x, y, at);
     sv.at = at;
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
@@ -994,61 +256,14 @@ struct max_pool2d : def<policy::safety::neutral>, pool_def<max_pool2d> {
                        const std::tuple<TensorView<const X>>&, const std::tuple<TensorView<GX>>& gx) {
     const auto& d = std::get<0>(gx);
     if (d.data() == nullptr) return;
-    using R = detail::ad::arith_t<typename T::accumulator>;
-    const auto g = geometry_of(a, d.shape());
-    const index_t planes = g.n * g.c;
-    if (g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0 && g.wo > 0 &&
-        g.wo <= detail::chunk) {
-      // disjoint 2 x 2 windows: each input gets its window's gradient (0 + g, as the sum below
-      // has it) or zero, written a row of windows at a time from gradients widened in runs of
-      // whole rows; straight into a fresh fp32 gradient (the inputs no window covers, an odd
-      // last row or column, get their zeros here), else into zeros added once
-      GX* direct = nullptr;
-      if constexpr (std::is_same_v<GX, R>) {
-        if (d.is_contiguous() && ctx.take_fresh(d)) direct = d.data();
-      }
-      const auto acc = direct ? TensorView<R>() : ctx.template zeros<R>(d.shape());
-      R* base = direct ? reinterpret_cast<R*>(direct) : acc.data();
-      const index_t wo = g.wo, rows_per = detail::chunk / wo;
-      const auto wi = static_cast<std::int32_t>(g.w);
-      detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
-        std::array<R, detail::chunk> buf;
-        for (index_t pl = p0; pl < p1; ++pl) {
-          R* plane = base + pl * g.h * g.w;
-          for (index_t oh0 = 0; oh0 < g.ho; oh0 += rows_per) {
-            const index_t rows = std::min(rows_per, g.ho - oh0), o = (pl * g.ho + oh0) * wo;
-            const R* gv = detail::load_run<R>(gy.data() + o, rows * wo, index_t{1}, buf.data());
-            for (index_t r = 0; r < rows; ++r) {
-              const index_t oh = oh0 + r;
-              conv_detail::max_pool_2x2_grad_row(gv + r * wo, sv.at + o + r * wo, wo, static_cast<std::int32_t>(2 * oh * g.w), wi,
-                                                 plane + 2 * oh * g.w);
-              if (direct && g.w > 2 * wo) {
-                std::fill(plane + 2 * oh * g.w + 2 * wo, plane + (2 * oh + 1) * g.w, R(0));
-                std::fill(plane + (2 * oh + 1) * g.w + 2 * wo, plane + (2 * oh + 2) * g.w, R(0));
-              }
-            }
-          }
-          if (direct) std::fill(plane + 2 * g.ho * g.w, plane + g.h * g.w, R(0));
-        }
-      });
-      if (!direct) ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
-      return;
-    }
-    const auto acc = ctx.template zeros<R>(d.shape());  // windows may overlap: sum, then round once
-    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
-      for (index_t pl = p0; pl < p1; ++pl)
-        for (index_t q = 0; q < g.plane(); ++q) {
-          const index_t o = pl * g.plane() + q;
-          acc.data()[pl * g.h * g.w + sv.at[o]] += detail::ad::ld<R>(gy.data()[o]);
-        }
-    });
-    ctx.template add_into<R>("precis::max_pool2d", d, acc.as_const());
+    ctx.template max_pool_backward<detail::ad::arith_t<typename T::accumulator>>(geometry_of(a, d.shape()), gy, sv.at, d);
   }
 };
 
 /// The mean of each window, padding counted as zeros (the divisor is always kh kw).
 struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "avg_pool2d";
   static constexpr std::string_view reason =
       "a sum of kh kw values: 4 fp16 values near 65504 overflow before the division, so it sums in the wide type";
@@ -1059,26 +274,8 @@ struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
 
   template <class T, class Ctx, class O, class X>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>&, const TensorView<const X>& x) {
-    using R = detail::ad::arith_t<typename T::accumulator>;
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
-    const auto g = geometry_of(a, x.shape());
-    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
-    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
-      const auto* in = xc.data() + pl * g.h * g.w;
-      for (index_t oh = 0; oh < g.ho; ++oh)
-        for (index_t ow = 0; ow < g.wo; ++ow) {
-          R s(0);
-          for (index_t i = 0; i < g.kh; ++i) {
-            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
-            if (ih < 0 || ih >= g.h) continue;
-            for (index_t j = 0; j < g.kw; ++j) {
-              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
-              if (iw >= 0 && iw < g.w) s += detail::ad::ld<R>(in[ih * g.w + iw]);
-            }
-          }
-          y.data()[(pl * g.ho + oh) * g.wo + ow] = detail::store<O>(R(s * inv));
-        }
-    }
+    ctx.template avg_pool<detail::ad::arith_t<typename T::accumulator>>(geometry_of(a, x.shape()), xc, y);
   }
   template <class T, class Ctx, class G, class O, class X, class GX>
   static void backward(const Ctx& ctx, const attrs& a, const saved<T>&, const TensorView<const G>& gy, const TensorView<const O>&,
@@ -1087,23 +284,8 @@ struct avg_pool2d : def<policy::safety::needs_wide>, pool_def<avg_pool2d> {
     if (d.data() == nullptr) return;
     using R = detail::ad::arith_t<typename T::accumulator>;
     const auto g = geometry_of(a, d.shape());
-    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
     const auto acc = ctx.template zeros<R>(d.shape());
-    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
-      R* out = acc.data() + pl * g.h * g.w;
-      for (index_t oh = 0; oh < g.ho; ++oh)
-        for (index_t ow = 0; ow < g.wo; ++ow) {
-          const R v = R(detail::ad::ld<R>(gy.data()[(pl * g.ho + oh) * g.wo + ow]) * inv);
-          for (index_t i = 0; i < g.kh; ++i) {
-            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
-            if (ih < 0 || ih >= g.h) continue;
-            for (index_t j = 0; j < g.kw; ++j) {
-              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
-              if (iw >= 0 && iw < g.w) out[ih * g.w + iw] += v;
-            }
-          }
-        }
-    }
+    ctx.avg_pool_backward(g, gy, acc);
     ctx.template add_into<R>("precis::avg_pool2d", d, acc.as_const());
   }
 };

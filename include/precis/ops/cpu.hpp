@@ -116,6 +116,8 @@ void sum_to_shape(const TensorView<T>& acc, const TensorView<const T>& t) {
 
 }  // namespace precis::detail::ad
 
+#include "precis/ops/cpu_kernels.hpp"  // convolution, pooling and batch norm kernels (use ld above)
+
 namespace precis::op {
 
 /// What a summing reduction computes per fiber, in the accumulator.
@@ -734,6 +736,391 @@ class cpu : public fresh_tracking<cpu> {
     for (index_t i = 0; i < n; ++i) {
       Acc* row = acc.data() + indices[i] * d;
       for (index_t j = 0; j < d; ++j) row[j] += detail::ad::ld<Acc>(gy.data()[i * d + j]);
+    }
+  }
+
+  // ---- convolution, pooling and batch normalization (kernels in cpu_kernels.hpp) -------------
+
+  /// col [cs kh kw, count Ho Wo] = the receptive fields of images first..first+count of x
+  /// [N, C, H, W] (contiguous; channels c0..c0+cs), zero where they cover padding.
+  template <class L, class S>
+  void im2col(const conv_detail::geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) const {
+    conv_detail::im2col(g, x, c0, cs, first, count, col);
+  }
+  /// im2col's transpose: dx [N, C, H, W] (Acc, contiguous) += the column gradients dcol, each
+  /// input element's taps added in kernel order (row, then column).
+  template <class Acc>
+  void col2im(const conv_detail::geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) const {
+    conv_detail::col2im(g, dcol, c0, cs, first, count, dx);
+  }
+
+  /// conv2d's outputs from one GEMM: y [N, oc_all, p] (contiguous) at channels oc0..oc0+og of
+  /// images n0..n0+count = acc [og, count p] (Acc, overwritten) plus the bias (when
+  /// bias.data() is not null) in Acc, rounded once.
+  template <class Acc, class B, class O>
+  void conv_output(Acc* acc, const TensorView<const B>& bias, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count,
+                   index_t p, O* y) const {
+    const index_t cols = count * p;
+    const bool has_bias = bias.data() != nullptr;
+    detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
+      for (index_t o = o0; o < o1; ++o) {
+        const index_t oc = oc0 + o;
+        const Acc bv = has_bias ? detail::ad::ld<Acc>(bias(oc)) : Acc(0);
+        for (index_t b = 0; b < count; ++b) {
+          Acc* in = acc + o * cols + b * p;
+          O* out = y + ((n0 + b) * oc_all + oc) * p;
+          if constexpr (std::is_same_v<O, Acc>) {
+            for (index_t q = 0; q < p; ++q) out[q] = Acc(in[q] + bv);
+          } else {
+            if (has_bias) {
+              for (index_t q = 0; q < p; ++q) in[q] = Acc(in[q] + bv);
+            }
+            detail::store_run(in, out, p, 1);  // rounded once, vectorized
+          }
+        }
+      }
+    });
+  }
+
+  /// conv2d's output gradients for one GEMM: gm [og, count p] (when not null) = channels
+  /// oc0..oc0+og of images n0..n0+count of gq [N, oc_all, p], and gb[o] (Acc, when not null)
+  /// += the sum of gy's channel oc0 + o over those images, in (image, position) order.
+  template <class Acc, class GQ, class G>
+  void conv_output_grads(const GQ* gq, const G* gy, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count, index_t p,
+                         GQ* gm, Acc* gb) const {
+    const index_t cols = count * p;
+    detail::parallel_ranges(og, detail::threads_for(og * cols, index_t{1} << 15), [&](index_t o0, index_t o1) {
+      for (index_t o = gm ? o0 : o1; o < o1; ++o) {
+        for (index_t b = 0; b < count; ++b) std::copy_n(gq + ((n0 + b) * oc_all + oc0 + o) * p, p, gm + o * cols + b * p);
+      }
+      if (gb == nullptr) return;
+      // eight channels side by side, so that their chains of additions overlap
+      constexpr index_t lanes = 8;
+      std::array<std::array<Acc, detail::chunk>, lanes> buf;
+      for (index_t c0 = o0; c0 < o1; c0 += lanes) {
+        const index_t nc = std::min(lanes, o1 - c0);
+        std::array<Acc, lanes> s{};
+        std::array<const Acc*, lanes> v{};
+        for (index_t j = 0; j < nc; ++j) s[static_cast<std::size_t>(j)] = gb[c0 + j];
+        for (index_t b = 0; b < count; ++b) {
+          for (index_t q0 = 0; q0 < p; q0 += detail::chunk) {
+            const index_t len = std::min(detail::chunk, p - q0);
+            for (index_t j = 0; j < nc; ++j) {
+              const G* src = gy + ((n0 + b) * oc_all + oc0 + c0 + j) * p + q0;
+              v[static_cast<std::size_t>(j)] = detail::load_run<Acc>(src, len, index_t{1}, buf[static_cast<std::size_t>(j)].data());
+            }
+            if (nc == lanes) {
+              for (index_t q = 0; q < len; ++q)
+                for (std::size_t j = 0; j < lanes; ++j) s[j] += v[j][q];
+            } else {
+              for (index_t q = 0; q < len; ++q)
+                for (index_t j = 0; j < nc; ++j) s[static_cast<std::size_t>(j)] += v[static_cast<std::size_t>(j)][q];
+            }
+          }
+        }
+        for (index_t j = 0; j < nc; ++j) gb[c0 + j] = s[static_cast<std::size_t>(j)];
+      }
+    });
+  }
+
+  /// Whether conv2d's weight gradient may skip the GEMM (weight_grad_direct) for these types:
+  /// an fp32 accumulator and operands that widen to fp32 exactly; at run time the CPU must also
+  /// have AVX2 and FMA (weight_grad_direct_available).
+  template <class Acc, class L, class GQ>
+  static constexpr bool weight_grad_direct_types =
+      std::is_same_v<Acc, float> && conv_detail::widens_to_f32<L> && conv_detail::widens_to_f32<GQ>;
+  static bool weight_grad_direct_available() { return conv_detail::weight_grad_direct_available(); }
+  /// conv_detail::weight_grad_direct (its comment says what it computes and needs).
+  template <class GQ, class L>
+  void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
+                          float* gw, float* part, GQ* tail_g, L* tail_c) const {
+    conv_detail::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
+  }
+
+  /// v (contiguous) = zeros.
+  template <class T>
+  void fill_zero(const TensorView<T>& v) const {
+    std::fill_n(v.data(), v.size(), T(0));
+  }
+
+  /// y = the largest element of each window of x [N, C, H, W] (g's geometry; padding never
+  /// wins): the first largest in row-major order, or the first NaN; `at` (when not null) gets
+  /// each winner's position in its plane. Compared in x's arithmetic type, rounded once into y.
+  template <class X, class O>
+  void max_pool(const conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y, std::int32_t* at) const {
+    using R = detail::ad::arith_t<detail::remove_const_t<X>>;
+    const index_t planes = g.n * g.c;
+    const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0;
+#if PRECIS_X86_SIMD
+    // 16-bit windows in and out of one format: selected in place (AVX-512 or AVX2 lanes), no
+    // widened copy of x
+    if constexpr ((std::is_same_v<O, half> || std::is_same_v<O, bfloat16>) && std::is_same_v<detail::remove_const_t<X>, O>) {
+      const bool wide = detail::cpu_has_avx512f();
+      if (two_by_two && x.is_contiguous() && (wide || detail::cpu_has_avx2_f16c())) {
+        const auto wi = static_cast<std::int32_t>(g.w);
+        const index_t lanes = wide ? 16 : 8;
+        detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+          for (index_t pl = p0; pl < p1; ++pl) {
+            const O* in = x.data() + pl * g.h * g.w;
+            O* yp = y.data() + pl * g.plane();
+            std::int32_t* ap = at ? at + pl * g.plane() : nullptr;
+            for (index_t oh = 0; oh < g.ho; ++oh) {
+              const O* r0 = in + 2 * oh * g.w;
+              const auto row = static_cast<std::int32_t>(2 * oh * g.w);
+              for (index_t o1 = 0; o1 < g.wo; o1 += lanes) {
+                // AVX2: a row's last 8 windows overlap the previous 8 rather than being fewer
+                const index_t o0 = !wide && g.wo >= lanes ? std::min(o1, g.wo - lanes) : o1, len = std::min(lanes, g.wo - o0);
+                const std::int32_t c = row + 2 * static_cast<std::int32_t>(o0);
+                std::int32_t* apo = ap ? ap + oh * g.wo + o0 : nullptr;
+                if (wide) conv_detail::max_pool_2x2_avx512_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
+                else conv_detail::max_pool_2x2_avx2_16(r0 + 2 * o0, r0 + g.w + 2 * o0, len, c, wi, yp + oh * g.wo + o0, apo);
+              }
+            }
+          }
+        });
+        return;
+      }
+    }
+#endif
+    const auto xc = as<R>(x, false);  // widened once, vectorized (exact)
+    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+    for (index_t pl = p0; pl < p1; ++pl) {
+      const auto* in = xc.data() + pl * g.h * g.w;
+      if (two_by_two) {
+        O* yp = y.data() + pl * g.plane();
+        if (at) conv_detail::max_pool_2x2<true>(in, g.w, g.ho, g.wo, yp, at + pl * g.plane());
+        else conv_detail::max_pool_2x2<false>(in, g.w, g.ho, g.wo, yp, at);
+        continue;
+      }
+      if (g.pad[0] == 0 && g.pad[1] == 0) {  // every window inside the plane: no bounds checks
+        for (index_t oh = 0; oh < g.ho; ++oh)
+          for (index_t ow = 0; ow < g.wo; ++ow) {
+            const index_t base = oh * g.stride[0] * g.w + ow * g.stride[1];
+            index_t best = base;
+            R bv = detail::ad::ld<R>(in[base]);
+            for (index_t i = 0; i < g.kh; ++i)
+              for (index_t j = 0; j < g.kw; ++j) {
+                const index_t at_ij = base + i * g.w + j;
+                const R v = detail::ad::ld<R>(in[at_ij]);
+                const bool take = v > bv || v != v;  // selects, without a branch to mispredict
+                best = take ? at_ij : best;
+                bv = take ? v : bv;
+              }
+            const index_t o = (pl * g.ho + oh) * g.wo + ow;
+            y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
+            if (at) at[o] = static_cast<std::int32_t>(best);
+          }
+        continue;
+      }
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          index_t best = -1;
+          R bv(0);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw < 0 || iw >= g.w) continue;
+              const R v = detail::ad::ld<R>(in[ih * g.w + iw]);
+              if (best < 0 || v > bv || v != v) {
+                best = ih * g.w + iw;
+                bv = v;
+              }
+            }
+          }
+          const index_t o = (pl * g.ho + oh) * g.wo + ow;
+          y.data()[o] = detail::store<O>(detail::load<detail::ad::arith_t<O>>(bv));
+          if (at) at[o] = static_cast<std::int32_t>(best);
+        }
+    }
+    });
+  }
+
+  /// max_pool's backward: d (+)= gy at each window's winner (`at`, from the forward), the
+  /// contributions to one input summed in R (windows may overlap) and rounded once.
+  template <class R, class G, class GX>
+  void max_pool_backward(const conv_detail::geometry& g, const TensorView<const G>& gy, const std::int32_t* at,
+                         const TensorView<GX>& d) const {
+    const index_t planes = g.n * g.c;
+    if (g.kh == 2 && g.kw == 2 && g.stride[0] == 2 && g.stride[1] == 2 && g.pad[0] == 0 && g.pad[1] == 0 && g.wo > 0 &&
+        g.wo <= detail::chunk) {
+      // disjoint 2 x 2 windows: each input gets its window's gradient (0 + g, as the sum below
+      // has it) or zero, written a row of windows at a time from gradients widened in runs of
+      // whole rows; straight into a fresh fp32 gradient (the inputs no window covers, an odd
+      // last row or column, get their zeros here), else into zeros added once
+      GX* direct = nullptr;
+      if constexpr (std::is_same_v<GX, R>) {
+        if (d.is_contiguous() && take_fresh(d)) direct = d.data();
+      }
+      const auto acc = direct ? TensorView<R>() : zeros<R>(d.shape());
+      R* base = direct ? reinterpret_cast<R*>(direct) : acc.data();
+      const index_t wo = g.wo, rows_per = detail::chunk / wo;
+      const auto wi = static_cast<std::int32_t>(g.w);
+      detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+        std::array<R, detail::chunk> buf;
+        for (index_t pl = p0; pl < p1; ++pl) {
+          R* plane = base + pl * g.h * g.w;
+          for (index_t oh0 = 0; oh0 < g.ho; oh0 += rows_per) {
+            const index_t rows = std::min(rows_per, g.ho - oh0), o = (pl * g.ho + oh0) * wo;
+            const R* gv = detail::load_run<R>(gy.data() + o, rows * wo, index_t{1}, buf.data());
+            for (index_t r = 0; r < rows; ++r) {
+              const index_t oh = oh0 + r;
+              conv_detail::max_pool_2x2_grad_row(gv + r * wo, at + o + r * wo, wo, static_cast<std::int32_t>(2 * oh * g.w), wi,
+                                                 plane + 2 * oh * g.w);
+              if (direct && g.w > 2 * wo) {
+                std::fill(plane + 2 * oh * g.w + 2 * wo, plane + (2 * oh + 1) * g.w, R(0));
+                std::fill(plane + (2 * oh + 1) * g.w + 2 * wo, plane + (2 * oh + 2) * g.w, R(0));
+              }
+            }
+          }
+          if (direct) std::fill(plane + 2 * g.ho * g.w, plane + g.h * g.w, R(0));
+        }
+      });
+      if (!direct) add_into<R>("precis::max_pool2d", d, acc.as_const());
+      return;
+    }
+    const auto acc = zeros<R>(d.shape());  // windows may overlap: sum, then round once
+    detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
+      for (index_t pl = p0; pl < p1; ++pl)
+        for (index_t q = 0; q < g.plane(); ++q) {
+          const index_t o = pl * g.plane() + q;
+          acc.data()[pl * g.h * g.w + at[o]] += detail::ad::ld<R>(gy.data()[o]);
+        }
+    });
+    add_into<R>("precis::max_pool2d", d, acc.as_const());
+  }
+
+  /// y = the mean of each window of x (contiguous; padding counted as zeros, divisor kh kw):
+  /// the window's sum in R in row-major order times 1 / (kh kw), rounded once.
+  template <class R, class X, class O>
+  void avg_pool(const conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y) const {
+    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
+    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+      const auto* in = x.data() + pl * g.h * g.w;
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          R s(0);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw >= 0 && iw < g.w) s += detail::ad::ld<R>(in[ih * g.w + iw]);
+            }
+          }
+          y.data()[(pl * g.ho + oh) * g.wo + ow] = detail::store<O>(R(s * inv));
+        }
+    }
+  }
+  /// avg_pool's backward: acc [N, C, H, W] (R, contiguous) += gy / (kh kw) of every window
+  /// covering each element, in the windows' row-major order.
+  template <class R, class G>
+  void avg_pool_backward(const conv_detail::geometry& g, const TensorView<const G>& gy, const TensorView<R>& acc) const {
+    const R inv = R(1) / R(static_cast<double>(g.kh * g.kw));
+    for (index_t pl = 0; pl < g.n * g.c; ++pl) {
+      R* out = acc.data() + pl * g.h * g.w;
+      for (index_t oh = 0; oh < g.ho; ++oh)
+        for (index_t ow = 0; ow < g.wo; ++ow) {
+          const R v = R(detail::ad::ld<R>(gy.data()[(pl * g.ho + oh) * g.wo + ow]) * inv);
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t ih = oh * g.stride[0] - g.pad[0] + i;
+            if (ih < 0 || ih >= g.h) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t iw = ow * g.stride[1] - g.pad[1] + j;
+              if (iw >= 0 && iw < g.w) out[ih * g.w + iw] += v;
+            }
+          }
+        }
+    }
+  }
+
+  /// Batch normalization's forward over x [N, C, ...] (contiguous), channel by channel: in
+  /// training the mean and the biased variance in Acc (detail::bn::lane_sum) and the running
+  /// estimates (double, each when not null) moved by `momentum` with the unbiased variance; in
+  /// evaluation the running estimates. stats[2c] = the mean, stats[2c + 1] = 1 / sqrt(var +
+  /// eps); y = (x - mean) rstd gamma + beta in Acc, rounded once.
+  template <class Acc, class X, class Gm, class Bt, class O>
+  void batch_norm_forward(const TensorView<const X>& x, const TensorView<const Gm>& gamma, const TensorView<const Bt>& beta, bool training,
+                          double momentum, double eps, double* running_mean, double* running_var, Acc* stats,
+                          const TensorView<O>& y) const {
+    const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c), m = n * s;
+    std::array<Acc, detail::chunk> buf;
+    for (index_t ch = 0; ch < c; ++ch) {
+      Acc mu(0), var(0);
+      if (training) {
+        detail::bn::lane_sum<Acc> sx;
+        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+          sx.push(detail::bn::load<Acc>(x.data() + at, len, buf.data()), len);
+        });
+        mu = sx.result() / Acc(static_cast<double>(m));
+        detail::bn::lane_sum<Acc> sd;
+        detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+          const Acc* v = detail::bn::load<Acc>(x.data() + at, len, buf.data());
+          for (index_t k = 0; k < len; ++k) {
+            const Acc d = v[k] - mu;
+            buf[static_cast<std::size_t>(k)] = d * d;
+          }
+          sd.push(buf.data(), len);
+        });
+        var = sd.result() / Acc(static_cast<double>(m));
+        if (running_mean != nullptr) running_mean[ch] = (1 - momentum) * running_mean[ch] + momentum * static_cast<double>(mu);
+        if (running_var != nullptr) {
+          running_var[ch] = (1 - momentum) * running_var[ch] +
+                            momentum * static_cast<double>(var) * static_cast<double>(m) / static_cast<double>(m - 1);
+        }
+      } else {
+        mu = Acc(running_mean[ch]);
+        var = Acc(running_var[ch]);
+      }
+      using std::sqrt;
+      const Acc rstd = Acc(1) / Acc(sqrt(Acc(var + Acc(eps))));
+      stats[2 * ch] = mu;
+      stats[2 * ch + 1] = rstd;
+      const Acc gm = detail::ad::ld<Acc>(gamma(ch)), bt = detail::ad::ld<Acc>(beta(ch));
+      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+        const Acc* v = detail::bn::load<Acc>(x.data() + at, len, buf.data());
+        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = Acc((v[k] - mu) * rstd * gm + bt);
+        detail::store_run(buf.data(), y.data() + at, len, 1);
+      });
+    }
+  }
+
+  /// Batch normalization's backward (gy and x contiguous, stats from the forward), channel by
+  /// channel in Acc: db[c] = the sum of gy, dg[c] = the sum of gy xhat (detail::bn::lane_sum),
+  /// and when dx is not null dx = gamma rstd (gy - mean(gy) - xhat mean(gy xhat)) in training,
+  /// gamma rstd gy in evaluation.
+  template <class Acc, class G, class X, class Gm>
+  void batch_norm_backward(const TensorView<const G>& gy, const TensorView<const X>& x, const TensorView<const Gm>& gamma, const Acc* stats,
+                           bool training, Acc* dx, Acc* dg, Acc* db) const {
+    const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c), m = n * s;
+    std::array<Acc, detail::chunk> buf, gbuf;
+    for (index_t ch = 0; ch < c; ++ch) {
+      const Acc mu = stats[2 * ch], rstd = stats[2 * ch + 1], gm = detail::ad::ld<Acc>(gamma(ch));
+      detail::bn::lane_sum<Acc> sum_g, sum_gx;  // sums of gy and gy xhat
+      detail::bn::for_runs(n, c, s, ch, [&](index_t at, index_t len) {
+        const Acc* g = detail::bn::load<Acc>(gy.data() + at, len, gbuf.data());
+        const Acc* v = detail::bn::load<Acc>(x.data() + at, len, buf.data());
+        for (index_t k = 0; k < len; ++k) buf[static_cast<std::size_t>(k)] = g[k] * Acc((v[k] - mu) * rstd);
+        sum_g.push(g, len);
+        sum_gx.push(buf.data(), len);
+      });
+      const Acc sg = sum_g.result(), sgx = sum_gx.result();
+      dg[ch] = sgx;
+      db[ch] = sg;
+      if (dx == nullptr) continue;
+      const Acc inv_m = Acc(1) / Acc(static_cast<double>(m));
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < s; ++j) {
+          const index_t at = (i * c + ch) * s + j;
+          const Acc g = detail::ad::ld<Acc>(gy.data()[at]);
+          if (training) {  // dx = gamma rstd (g - mean(g) - xhat mean(g xhat))
+            const Acc xh = (detail::ad::ld<Acc>(x.data()[at]) - mu) * rstd;
+            dx[at] = gm * rstd * (g - sg * inv_m - xh * sgx * inv_m);
+          } else {
+            dx[at] = gm * rstd * g;
+          }
+        }
     }
   }
 

@@ -183,6 +183,7 @@ struct linear : def<policy::safety::low_precision_safe> {
 /// products accumulated in its accumulator, as for matmul.
 struct bmm : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
+  static constexpr bool context_only = true;
   static constexpr std::string_view name = "bmm";
   static constexpr std::string_view reason =
       "a batch of matmuls: each product is exact in fp32 and only the wide accumulator rounds";
