@@ -125,7 +125,7 @@ struct Vit : nn::Module<P> {
     patch_ = &this->register_module("patch", std::make_unique<nn::Conv2d<P>>(1, 64, std::array<index_t, 2>{7, 7},
                                                                             conv2d_options{{7, 7}, {0, 0}, {1, 1}, 1}, seed));
     pos_ = &this->register_parameter("position", Shape{16, 64});
-    fill_uniform(pos_->value.view(), -0.02, 0.02, seed + 1);
+    this->initialize(*pos_, [&](const TensorView<typename P::param_type>& v) { fill_uniform(v, -0.02, 0.02, seed + 1); });
     for (std::size_t i = 0; i < 2; ++i) {
       blocks_[i] = &this->register_module("block" + std::to_string(i),
                                           std::make_unique<nn::TransformerBlock<P>>(64, 4, 2, seed + 10 * (i + 1)));

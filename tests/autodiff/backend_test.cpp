@@ -260,6 +260,73 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::softmax_sums<Acc, Log>(g, y, axis, s);
   }
+  template <class L, class S>
+  void im2col(const op::conv_detail::geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) const {
+    fence::open o;
+    op::cpu::im2col(g, x, c0, cs, first, count, col);
+  }
+  template <class Acc>
+  void col2im(const op::conv_detail::geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) const {
+    fence::open o;
+    op::cpu::col2im(g, dcol, c0, cs, first, count, dx);
+  }
+  template <class Acc, class B, class O>
+  void conv_output(Acc* acc, const TensorView<const B>& bias, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count,
+                   index_t p, O* y) const {
+    fence::open o;
+    op::cpu::conv_output(acc, bias, oc0, og, oc_all, n0, count, p, y);
+  }
+  template <class Acc, class GQ, class G>
+  void conv_output_grads(const GQ* gq, const G* gy, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count, index_t p,
+                         GQ* gm, Acc* gb) const {
+    fence::open o;
+    op::cpu::conv_output_grads(gq, gy, oc0, og, oc_all, n0, count, p, gm, gb);
+  }
+  template <class GQ, class L>
+  void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
+                          float* gw, float* part, GQ* tail_g, L* tail_c) const {
+    fence::open o;
+    op::cpu::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
+  }
+  template <class T>
+  void fill_zero(const TensorView<T>& v) const {
+    fence::open o;
+    op::cpu::fill_zero(v);
+  }
+  template <class X, class O>
+  void max_pool(const op::conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y, std::int32_t* at) const {
+    fence::open o;
+    op::cpu::max_pool(g, x, y, at);
+  }
+  template <class R, class G, class GX>
+  void max_pool_backward(const op::conv_detail::geometry& g, const TensorView<const G>& gy, const std::int32_t* at,
+                         const TensorView<GX>& d) const {
+    fence::open o;
+    op::cpu::max_pool_backward<R>(g, gy, at, d);
+  }
+  template <class R, class X, class O>
+  void avg_pool(const op::conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::avg_pool<R>(g, x, y);
+  }
+  template <class R, class G>
+  void avg_pool_backward(const op::conv_detail::geometry& g, const TensorView<const G>& gy, const TensorView<R>& acc) const {
+    fence::open o;
+    op::cpu::avg_pool_backward(g, gy, acc);
+  }
+  template <class Acc, class X, class Gm, class Bt, class O>
+  void batch_norm_forward(const TensorView<const X>& x, const TensorView<const Gm>& gamma, const TensorView<const Bt>& beta, bool training,
+                          double momentum, double eps, double* running_mean, double* running_var, Acc* stats,
+                          const TensorView<O>& y) const {
+    fence::open o;
+    op::cpu::batch_norm_forward<Acc>(x, gamma, beta, training, momentum, eps, running_mean, running_var, stats, y);
+  }
+  template <class Acc, class G, class X, class Gm>
+  void batch_norm_backward(const TensorView<const G>& gy, const TensorView<const X>& x, const TensorView<const Gm>& gamma, const Acc* stats,
+                           bool training, Acc* dx, Acc* dg, Acc* db) const {
+    fence::open o;
+    op::cpu::batch_norm_backward<Acc>(gy, x, gamma, stats, training, dx, dg, db);
+  }
   const std::int64_t* labels(std::span<const std::int64_t> l, bool for_backward) const {
     fence::open o;
     return op::cpu::labels(l, for_backward);
@@ -605,6 +672,111 @@ TEST(Backend, ReductionsNormsAttentionAndLossesTouchBackendMemoryOnlyThroughTheB
   expect_fenced_reductions_match_host<pol::named<"64-true">>();
 }
 
+// ---- convolution, pooling, batch norm and bmm ------------------------------------------------------
+
+namespace {
+
+/// x [3, 2, 9, 9] (an input with a gradient) -> conv2d 3x3 pad 1 with bias -> batch_norm in
+/// training (running estimates in the backend's memory) -> relu -> a 2 x 2 max pool, a padded
+/// 3 x 3 stride-2 max pool and avg pool -> a grouped strided conv of the pools' sum, a dilated
+/// conv of the 2 x 2 pool, bmm of the latter with a [16, 5] weight, batch_norm in evaluation
+/// of the grouped conv: their sum, differentiated with seed 2; then a step in evaluation mode.
+template <class P>
+auto run_convolutions(Arena& params) {
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using GX = grad_storage_t<P, X>;
+  const std::vector<Shape> shapes{{6, 2, 3, 3}, {6}, {6}, {6}, {4, 3, 3, 3}, {4, 6, 3, 3}, {16, 5}, {4}, {4}};
+  std::vector<param<S, G>> ps;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Tensor<S> v(shapes[i]);
+    fill_uniform(v, i == 2 || i == 7 ? 0.5 : -0.5, i == 2 || i == 7 ? 1.5 : 0.5, 51 + i);
+    const auto n = static_cast<std::size_t>(shapes[i].numel());
+    param<S, G> p{TensorView<S>(params.allocate_array<S>(n), shapes[i]), TensorView<G>(params.allocate_array<G>(n), shapes[i])};
+    backend_t<P>::upload(v.view().as_const(), p.value);
+    backend_t<P>::zero_bytes(p.grad.data(), n * sizeof(G));
+    ps.push_back(p);
+  }
+  // running estimates: [6] for the training norm (zeros and ones), [4] for the evaluation one
+  Tensor<double> stats0(Shape{6}), stats1(Shape{6}), eval_mean(Shape{4}), eval_var(Shape{4});
+  std::fill_n(stats1.data(), 6, 1.0);
+  fill_uniform(eval_mean, -0.2, 0.2, 61);
+  fill_uniform(eval_var, 0.5, 2.0, 62);
+  const auto in_backend = [&](const Tensor<double>& t) {
+    TensorView<double> v(params.allocate_array<double>(static_cast<std::size_t>(t.size())), t.shape());
+    backend_t<P>::upload(t.view().as_const(), v);
+    return v;
+  };
+  const auto rm = in_backend(stats0), rv = in_backend(stats1), em = in_backend(eval_mean), ev = in_backend(eval_var);
+  Tensor<X> x(Shape{3, 2, 9, 9});
+  fill_uniform(x, -1.0, 1.0, 63);
+
+  step_result<G, GX> r;
+  Tape<P> tape;
+  for (int step = 0; step < 2; ++step) {
+    const bool training = step == 0;
+    tape.reset();
+    auto xv = tape.input(x, true);
+    auto pv = [&](std::size_t i) { return tape.param(ps[i].value, ps[i].grad); };
+    auto c = conv2d(xv, pv(0), pv(1), conv2d_options{.padding = {1, 1}});
+    auto h = relu(batch_norm(c, pv(2), pv(3), {training, 0.1, 1e-5, rm.data(), rv.data()}));
+    auto p1 = max_pool2d(h);
+    auto p2 = max_pool2d(h, pool2d_options{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+    auto p3 = avg_pool2d(h, pool2d_options{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+    auto q = conv2d(p2 + p3, pv(4), conv2d_options{.stride = {2, 2}, .padding = {1, 1}, .groups = 2});
+    auto d = conv2d(p1, pv(5), conv2d_options{.padding = {2, 2}, .dilation = {2, 2}});
+    auto bm = bmm(reshape(d, Shape{3, 4, 16}), pv(6));
+    auto qe = batch_norm(q, pv(7), pv(8), {false, 0.1, 1e-5, em.data(), ev.data()});
+    auto loss = sum(mul(q, q)) + mean(mul(bm, bm)) + sum(p1) + sum(qe);
+    tape.backward(loss, 2.0);
+    if (training) {
+      r.loss = loss.item();
+      r.input_grad = host_copy(xv.grad());
+    } else {
+      r.values.push_back(loss.item());
+    }
+  }
+  for (const auto& p : ps) r.grads.push_back(host_copy(p.grad.as_const()));
+  const auto rmh = host_copy(rm.as_const()), rvh = host_copy(rv.as_const());
+  r.values.insert(r.values.end(), rmh.data(), rmh.data() + rmh.size());
+  r.values.insert(r.values.end(), rvh.data(), rvh.data() + rvh.size());
+  return r;
+}
+
+template <class P>
+void expect_fenced_convolutions_match_host() {
+  fence::handler h;
+  Arena host_params, fenced_params(0, fence::source);
+  const auto on_host = run_convolutions<P>(host_params);
+  const long before = fence::openings;
+  const auto fenced_run = run_convolutions<fenced<P>>(fenced_params);
+  EXPECT_GT(fence::openings - before, 40) << "the fenced backend was barely used";
+  EXPECT_EQ(fenced_run.loss, on_host.loss);
+  ASSERT_EQ(fenced_run.grads.size(), on_host.grads.size());
+  for (std::size_t i = 0; i < on_host.grads.size(); ++i) EXPECT_TRUE(same_bits(fenced_run.grads[i], on_host.grads[i])) << "parameter " << i;
+  EXPECT_TRUE(same_bits(fenced_run.input_grad, on_host.input_grad));
+  EXPECT_EQ(fenced_run.values, on_host.values);  // the evaluation step's loss, the running estimates
+  EXPECT_TRUE(std::isfinite(on_host.loss));
+  ASSERT_EQ(on_host.values.size(), 13u);
+  EXPECT_NE(on_host.values[1], 0.0);  // the running mean moved
+}
+
+}  // namespace
+
+TEST(Backend, ConvolutionPoolingBatchNormAndBmmTouchBackendMemoryOnlyThroughTheBackend32True) {
+  expect_fenced_convolutions_match_host<pol::named<"32-true">>();
+}
+TEST(Backend, ConvolutionPoolingBatchNormAndBmmTouchBackendMemoryOnlyThroughTheBackendBf16Mixed) {
+  expect_fenced_convolutions_match_host<pol::named<"bf16-mixed">>();
+}
+TEST(Backend, ConvolutionPoolingBatchNormAndBmmTouchBackendMemoryOnlyThroughTheBackend16Mixed) {
+  expect_fenced_convolutions_match_host<pol::named<"16-mixed">>();
+}
+TEST(Backend, ConvolutionPoolingBatchNormAndBmmTouchBackendMemoryOnlyThroughTheBackend64True) {
+  expect_fenced_convolutions_match_host<pol::named<"64-true">>();
+}
+
 // ---- nn modules on a backend ---------------------------------------------------------------------
 
 namespace {
@@ -733,4 +905,44 @@ TEST(Backend, ATransformerBlockTrainsOnTheBackendWithTheHostsBits) {
   ft.backward(lf);
   EXPECT_EQ(lf.item(), lh.item());
   expect_same_parameters(on_host, on_fence, true);
+}
+
+// The demo's CNN layers (Conv2d, BatchNorm2d, max pooling, Linear) train on a backend whose
+// memory the host cannot touch with the host's bits, BatchNorm2d's running estimates included
+// (they live in the backend's memory), in training and in evaluation mode.
+TEST(Backend, AConvolutionalNetworkTrainsOnTheBackendWithTheHostsBits) {
+  using P = pol::named<"bf16-mixed">;
+  using F = fenced<P>;
+  using X = typename P::activation_type;
+  fence::handler h;
+  const conv2d_options same{.padding = {1, 1}};
+  nn::Conv2d<P> ch(1, 4, {3, 3}, same, 5);
+  nn::Conv2d<F> cf(1, 4, {3, 3}, same, 5);
+  nn::BatchNorm2d<P> bh(4);
+  nn::BatchNorm2d<F> bf(4);
+  nn::Linear<P> lh(4 * 3 * 3, 3, 6);
+  nn::Linear<F> lf(4 * 3 * 3, 3, 6);
+  Tensor<X> x(Shape{5, 1, 6, 6});
+  fill_uniform(x, -1.0, 1.0, 71);
+  const std::vector<std::int64_t> labels{0, 2, 1, 1, 0};
+  const auto net = [&](auto& c, auto& b, auto& l, auto& tape) {
+    return cross_entropy(l(reshape(relu(max_pool2d(b(c(tape.input(x))))), Shape{5, 36})), labels);
+  };
+  for (const bool training : {true, false}) {
+    bh.train(training);
+    bf.train(training);
+    Tape<P> ht;
+    Tape<F> ft;
+    auto losh = net(ch, bh, lh, ht);
+    auto losf = net(cf, bf, lf, ft);
+    ht.backward(losh);
+    ft.backward(losf);
+    EXPECT_EQ(losf.item(), losh.item()) << (training ? "training" : "evaluation");
+  }
+  expect_same_parameters(ch, cf, true);
+  expect_same_parameters(bh, bf, true);
+  expect_same_parameters(lh, lf, true);
+  EXPECT_EQ(bf.running_mean(), bh.running_mean());
+  EXPECT_EQ(bf.running_var(), bh.running_var());
+  EXPECT_NE(bh.running_mean()[0], 0.0);
 }

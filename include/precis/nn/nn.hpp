@@ -260,19 +260,25 @@ class Conv2d : public Module<P> {
 };
 
 /// Batch normalization over the channels of [N, C, ...]: scale (ones) and shift (zeros) are
-/// parameters; the running mean and variance (in double) are state, updated in training mode
-/// and used in evaluation mode (train(false)).
+/// parameters; the running mean and variance (in double, in the backend's memory beside the
+/// parameters) are state, updated in training mode and used in evaluation mode (train(false)).
 template <class P>
 class BatchNorm2d : public Module<P> {
+  using backend_type = typename Module<P>::backend_type;
+
  public:
   explicit BatchNorm2d(index_t channels, double momentum = 0.1, double eps = 1e-5)
       : gamma_(&this->register_parameter("weight", Shape{channels})),
         beta_(&this->register_parameter("bias", Shape{channels})),
-        mean_(static_cast<std::size_t>(channels), 0.0),
-        var_(static_cast<std::size_t>(channels), 1.0),
+        mean_(Shape{channels}),
+        var_(Shape{channels}),
         momentum_(momentum),
         eps_(eps) {
     this->initialize(*gamma_, [](const TensorView<typename P::param_type>& g) { std::fill_n(g.data(), g.size(), typename P::param_type(1)); });
+    Tensor<double> h(Shape{channels});  // zeros
+    backend_type{}.upload(h.view().as_const(), mean_.view());
+    std::fill_n(h.data(), h.size(), 1.0);
+    backend_type{}.upload(h.view().as_const(), var_.view());
   }
   template <class S>
   auto operator()(const Var<P, S>& x) {
@@ -281,13 +287,21 @@ class BatchNorm2d : public Module<P> {
   }
   void train(bool on) { training_ = on; }
   bool training() const { return training_; }
-  const std::vector<double>& running_mean() const { return mean_; }
-  const std::vector<double>& running_var() const { return var_; }
+  /// Host copies of the running estimates (on a device backend, downloads that wait for the
+  /// work enqueued where `b` enqueues its own).
+  std::vector<double> running_mean(const backend_type& b = {}) const { return on_host(mean_, b); }
+  std::vector<double> running_var(const backend_type& b = {}) const { return on_host(var_, b); }
 
  private:
+  using state = typename backend_type::template tensor<double>;
+  static std::vector<double> on_host(const state& v, const backend_type& b) {
+    std::vector<double> out(static_cast<std::size_t>(v.size()));
+    b.download(v.view(), TensorView<double>(out.data(), v.shape()));
+    return out;
+  }
   typename Module<P>::parameter* gamma_;
   typename Module<P>::parameter* beta_;
-  std::vector<double> mean_, var_;
+  state mean_, var_;
   double momentum_, eps_;
   bool training_ = true;
 };
