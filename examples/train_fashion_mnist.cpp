@@ -30,10 +30,11 @@
 // 0's own shard, before the average. --compress-bf16 sends the gradients as bf16 with error
 // feedback (DataParallel::options::compress_bf16).
 //
-// --device cuda (a build with CUDA, fashion_mnist/device_runs.cu): the MLP on the GPU, its
-// parameters, tape and optimizer step on the device, under 32-true, 64-true, bf16-mixed and
-// 16-mixed (the default there), one run at a time; the same seed, data order, schedule and
-// scaler as on the CPU, and the memory column is GPU memory. Exits 77 where there is no GPU.
+// --device cuda (a build with CUDA, fashion_mnist/device_runs.cu and device_cnn_vit.cu): the
+// models on the GPU, their parameters, tape and optimizer step on the device: the MLP under
+// 32-true, 64-true, bf16-mixed and 16-mixed, the CNN and the ViT under the CPU plan's 32-true,
+// bf16-mixed and 16-mixed, one run at a time; the same seed, data order, schedule and scaler as
+// on the CPU, and the memory column is GPU memory. Exits 77 where there is no GPU.
 //
 // LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed fp8-mixed fp8-mixed/unscaled
 // bf16-true bf16-true+sr 16-true (default: all, in that order). fp8-mixed/unscaled is
@@ -160,7 +161,7 @@ std::string not_compiled_in(const std::string& runs) {
 result run(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te,
            const settings& st, const cluster& cl, int epochs) {
   const request q{model, name, tr, te, st, cl, epochs};
-  if (st.cuda) return run_mlp_on_device(q);
+  if (st.cuda) return run_on_device(q);
   if (model == "mlp") return run_mlp(q);
   if (in_conv_default(name)) return run_cnn_vit_mixed(q);
   if (run_cnn_vit_more == nullptr) throw precis::usage_error("train_fashion_mnist: " + not_compiled_in("the " + model + " under " + name));
@@ -254,8 +255,8 @@ const char* program_note() {
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
                "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n"
-               "  --device cuda: the MLP on the GPU under 32-true, 64-true, bf16-mixed and 16-mixed, one run at a time\n"
-               "  (a build with CUDA; the memory column is then GPU memory)\n",
+               "  --device cuda: on the GPU, one run at a time: the MLP under 32-true, 64-true, bf16-mixed and 16-mixed,\n"
+               "  the CNN and the ViT under 32-true, bf16-mixed and 16-mixed (a build with CUDA; memory is GPU memory)\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str(), program_note());
   std::exit(help ? 0 : 2);
 }
@@ -273,7 +274,6 @@ double number(const std::string& flag, const std::string& v, double lo, double h
 
 settings parse(int argc, char** argv) {
   settings st;
-  bool models_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("help");
@@ -295,7 +295,7 @@ settings parse(int argc, char** argv) {
     if (flag == "--device") {
       if (v != "cpu" && v != "cuda") usage("--device " + v + ": expected cpu or cuda");
       st.cuda = v == "cuda";
-      if (st.cuda && run_mlp_on_device == nullptr) {
+      if (st.cuda && run_on_device == nullptr) {
         usage("--device cuda: this program was built without CUDA (CMake builds it with CUDA where it finds nvcc)");
       }
       continue;
@@ -324,22 +324,21 @@ settings parse(int argc, char** argv) {
         st.models.push_back(m);
       }
       if (st.models.empty()) usage("--models is empty");
-      models_given = true;
     } else {
       usage("unknown flag " + flag);
     }
   }
-  if (st.cuda) {  // the MLP under the policies the device has, one run at a time
-    if (!models_given) st.models = {"mlp"};
-    for (const auto& m : st.models) {
-      if (m != "mlp") usage("--device cuda trains the mlp; the " + m + "'s ops (convolution, pooling, attention) are not on the device yet");
-    }
+  if (st.cuda) {  // the models under the policies the device has, one run at a time
     for (const auto& p : st.policies) {
-      if (std::find(device_policies.begin(), device_policies.end(), p) == device_policies.end()) {
-        usage("--device cuda: policy " + p + " is not on the device (it has 32-true, 64-true, bf16-mixed and 16-mixed)");
+      for (const auto& m : st.models) {
+        const auto& on_device = m == "mlp" ? device_policies : conv_default_policies;
+        if (std::find(on_device.begin(), on_device.end(), p) == on_device.end()) {
+          usage("--device cuda: the " + m + " does not train under " + p + " on the device (it has " +
+                (m == "mlp" ? "32-true, 64-true, bf16-mixed and 16-mixed" : "32-true, bf16-mixed and 16-mixed") + ")");
+        }
       }
     }
-    if (st.full) usage("--device cuda: --full runs every model; the device has the mlp");
+    if (st.full) usage("--device cuda: --full runs every model under every policy; the device has the default plan's");
     if (st.distributed) usage("--device cuda: not with --distributed");
     st.jobs = 1;
   }

@@ -465,12 +465,13 @@ result run_cnn_vit_mixed(const request& q);  // cnn_vit_mixed.cpp: the CNN and t
 inline result (*run_cnn_vit_more)(const request& q) = nullptr;
 
 /// The policies --device cuda trains the MLP under (the device optimizer keeps fp32 or fp64
-/// masters; fp8 scaling is not on the device yet).
+/// masters; fp8 scaling is not on the device yet); the CNN and the ViT train under
+/// conv_default_policies there, as on the CPU.
 inline const std::vector<std::string> device_policies = {"32-true", "64-true", "bf16-mixed", "16-mixed"};
-/// device_runs.cu, built with CUDA: the MLP on the GPU (--device cuda), and the GPU's name
-/// ("" when there is none); both null in a build without CUDA (the file sets them while the
-/// program starts).
-inline result (*run_mlp_on_device)(const request& q) = nullptr;
+/// device_runs.cu, built with CUDA: a run on the GPU (--device cuda; the CNN and the ViT in
+/// device_cnn_vit.cu), and the GPU's name ("" when there is none); both null in a build without
+/// CUDA (the file sets them while the program starts).
+inline result (*run_on_device)(const request& q) = nullptr;
 inline std::string (*cuda_device_name)() = nullptr;
 
 }  // namespace fashion_mnist

@@ -27,6 +27,11 @@
 //   loss and gradients within
 //   2 (24 u_storage + 2 gamma_60(u_acc) + 16 u_acc) of the host tape's (roundings into
 //   storage, another summation order, and exp and log within 2 ulps on each side);
+// - conv2d (with bias; grouped and strided; dilated), max pooling (2 x 2 and padded 3 x 3),
+//   average pooling, batch_norm in training (running estimates in device memory) and in
+//   evaluation, and bmm on Tape<cuda::on_device<P>> (32-true, bf16-mixed, 16-mixed, 64-true):
+//   loss, gradients and running estimates within 2 (30 u_storage + 2 gamma_256(u_acc) +
+//   16 u_acc) of the host tape's;
 // - an nn::MLP on the device has the host module's initial bits, and one step's loss and
 //   gradients are within the tape's bound of the host's; zero_grad on a stream zeroes them;
 // - a whole training step (tape.reset, the forward of an nn::MLP with borrowed batch and labels,
@@ -448,6 +453,105 @@ void reductions_on_device(const char* name) {
   }
 }
 
+/// x [3, 2, 9, 9] -> conv2d 3x3 pad 1 with bias -> batch_norm in training (running estimates
+/// in the backend's memory) -> relu -> a 2 x 2 max pool, a padded 3 x 3 stride-2 max pool and avg
+/// pool -> a grouped strided conv of the last two's sum, a dilated conv of the first, bmm with
+/// a [16, 5] weight, batch_norm in evaluation: their sum's loss and gradients (seed 2), and the
+/// running estimates after the step (appended as one more "gradient").
+template <class P, bool Device>
+model_result run_convolutions() {
+  using S = typename P::param_type;
+  using G = precis::grad_storage_t<P, S>;
+  using X = typename P::activation_type;
+  using GX = precis::grad_storage_t<P, X>;
+  const std::vector<Shape> shapes{{6, 2, 3, 3}, {6}, {6}, {6}, {4, 3, 3, 3}, {4, 6, 3, 3}, {16, 5}, {4}, {4}};
+  std::vector<precis::Tensor<S>> values;
+  std::vector<precis::Tensor<G>> host_grads;
+  std::vector<pc::DeviceTensor<S>> dvalues;
+  std::vector<pc::DeviceTensor<G>> dgrads;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    precis::Tensor<S> v(shapes[i]);
+    precis::fill_uniform(v, i == 2 || i == 7 ? 0.5 : -0.5, i == 2 || i == 7 ? 1.5 : 0.5, 51 + i);
+    values.push_back(v);
+    host_grads.emplace_back(shapes[i]);
+    if constexpr (Device) {
+      dvalues.push_back(pc::DeviceTensor<S>::from_host(v));
+      dgrads.push_back(pc::DeviceTensor<G>::from_host(precis::Tensor<G>(shapes[i])));
+    }
+  }
+  precis::Tensor<double> rm(Shape{6}), rv(Shape{6}), em(Shape{4}), ev(Shape{4});
+  std::fill_n(rv.data(), 6, 1.0);
+  precis::fill_uniform(em, -0.2, 0.2, 61);
+  precis::fill_uniform(ev, 0.5, 2.0, 62);
+  pc::DeviceTensor<double> drm = pc::DeviceTensor<double>::from_host(rm), drv = pc::DeviceTensor<double>::from_host(rv),
+                           dem = pc::DeviceTensor<double>::from_host(em), dev = pc::DeviceTensor<double>::from_host(ev);
+  const auto stats = [&](precis::Tensor<double>& h, pc::DeviceTensor<double>& d) { return Device ? d.data() : h.data(); };
+  precis::Tensor<X> x(Shape{3, 2, 9, 9});
+  precis::fill_uniform(x, -1.0, 1.0, 63);
+  model_result r;
+  precis::Tape<P> tape;
+  auto xv = tape.input(x, true);
+  const auto bind = [&](std::size_t i) {
+    if constexpr (Device) {
+      return tape.param(precis::TensorView<S>(dvalues[i].data(), shapes[i]), precis::TensorView<G>(dgrads[i].data(), shapes[i]));
+    } else {
+      return tape.param(values[i].view(), host_grads[i].view());
+    }
+  };
+  const precis::pool2d_options padded{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  auto c = precis::conv2d(xv, bind(0), bind(1), precis::conv2d_options{.padding = {1, 1}});
+  auto h = precis::relu(precis::batch_norm(c, bind(2), bind(3), {true, 0.1, 1e-5, stats(rm, drm), stats(rv, drv)}));
+  auto p1 = precis::max_pool2d(h);
+  auto q = precis::conv2d(precis::max_pool2d(h, padded) + precis::avg_pool2d(h, padded), bind(4),
+                          precis::conv2d_options{.stride = {2, 2}, .padding = {1, 1}, .groups = 2});
+  auto d = precis::conv2d(p1, bind(5), precis::conv2d_options{.padding = {2, 2}, .dilation = {2, 2}});
+  auto bm = precis::bmm(precis::reshape(d, Shape{3, 4, 16}), bind(6));
+  auto qe = precis::batch_norm(q, bind(7), bind(8), {false, 0.1, 1e-5, stats(em, dem), stats(ev, dev)});
+  auto loss = precis::sum(precis::mul(q, q)) + precis::mean(precis::mul(bm, bm)) + precis::sum(p1) + precis::sum(qe);
+  tape.backward(loss, 2.0);
+  r.loss = loss.item();
+  const auto g = xv.grad();
+  precis::Tensor<GX> input_grad(g.shape());
+  if constexpr (Device) {
+    pc::check(cudaMemcpy(input_grad.data(), g.data(), sizeof(GX) * static_cast<std::size_t>(g.size()), cudaMemcpyDeviceToHost), "copy back");
+    for (const auto& dg : dgrads) r.grads.push_back(as_doubles(back(dg)));
+  } else {
+    std::copy_n(g.data(), g.size(), input_grad.data());
+    for (const auto& h2 : host_grads) r.grads.push_back(as_doubles(h2));
+  }
+  r.grads.push_back(as_doubles(input_grad));
+  std::vector<double> running = as_doubles(Device ? back(drm) : rm);
+  for (const double v : as_doubles(Device ? back(drv) : rv)) running.push_back(v);
+  r.grads.push_back(running);
+  return r;
+}
+
+/// run_convolutions on the device against the host tape: every value crosses at most 30
+/// roundings into its storage on its way from a parameter to the loss and back, every sum (at
+/// most 256 terms: the channel statistics and the weight gradients over 3 x 81 positions) may
+/// run in another order: 2 (30 u_storage + 2 gamma_256(u_acc) + 16 u_acc), relative, normwise
+/// (the running estimates too).
+template <class P>
+void convolutions_on_device(const char* name) {
+  const auto host = run_convolutions<P, false>();
+  const auto dev = run_convolutions<pc::on_device<P>, true>();
+  const double us = std::max(precis::format_traits<typename P::activation_type>::unit_roundoff(),
+                             precis::format_traits<typename P::param_type>::unit_roundoff());
+  const double u = precis::format_traits<typename P::high_type>::unit_roundoff(), g256 = 256 * u / (1 - 256 * u);
+  const double tol = 2 * (30 * us + 2 * g256 + 16 * u);
+  check(std::fabs(dev.loss - host.loss) <= tol * std::fabs(host.loss),
+        std::string(name) + " convolutions on device: loss " + std::to_string(dev.loss) + " vs the host's " + std::to_string(host.loss));
+  for (std::size_t i = 0; i < host.grads.size(); ++i) {
+    double d2 = 0, h2 = 0;
+    for (std::size_t j = 0; j < host.grads[i].size(); ++j) {
+      d2 += (dev.grads[i][j] - host.grads[i][j]) * (dev.grads[i][j] - host.grads[i][j]);
+      h2 += host.grads[i][j] * host.grads[i][j];
+    }
+    check(h2 > 0 && std::sqrt(d2 / h2) <= tol, std::string(name) + " convolutions on device: gradient " + std::to_string(i) +
+                                                  " differs by " + std::to_string(std::sqrt(d2 / h2)) + " (bound " + std::to_string(tol) + ")");
+  }
+}
+
 /// An nn::MLP 48-32-10 on the device (its parameters in device memory) trained at batch 16 by
 /// the device optimizer made from it (SGD with momentum).
 template <class P>
@@ -603,6 +707,11 @@ int run_device() {
   reductions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   reductions_on_device<precis::policy::named<"64-true">>("64-true");
   std::printf("sum, mean, norm, logsumexp, softmax, log_softmax, layer_norm, attention, max, min, nll, dropout, embedding and mse on the device: within their bound of the host's\n");
+  convolutions_on_device<precis::policy::named<"32-true">>("32-true");
+  convolutions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
+  convolutions_on_device<precis::policy::named<"16-mixed">>("16-mixed");
+  convolutions_on_device<precis::policy::named<"64-true">>("64-true");
+  std::printf("conv2d (grouped, strided, dilated), max and avg pool2d, batch_norm (training and evaluation) and bmm on the device: within their bound of the host's\n");
   cudaStream_t stream;
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);

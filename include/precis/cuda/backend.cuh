@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "precis/cuda/conv.cuh"
 #include "precis/cuda/device.cuh"
 #include "precis/cuda/elementwise.cuh"
 #include "precis/cuda/fiber.cuh"
@@ -363,6 +364,81 @@ class cuda : public fresh_tracking<cuda> {
   template <class Acc>
   void attention_score_gradients(const TensorView<Acc>& ds, const TensorView<const Acc>& p, Acc scale) const {
     precis::cuda::attention_score_gradients(stream_, precis::cuda::device_view(ds), precis::cuda::device_view(p), scale);
+  }
+
+  /// conv2d's columns and their transpose (precis::cuda::im2col / col2im: col2im a thread per
+  /// input element adding its taps in the host's order, so the same bits).
+  template <class L, class S>
+  void im2col(const conv_detail::geometry& g, const S* x, index_t c0, index_t cs, index_t first, index_t count, L* col) const {
+    precis::cuda::im2col(stream_, g, x, c0, cs, first, count, col);
+  }
+  template <class Acc>
+  void col2im(const conv_detail::geometry& g, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count, Acc* dx) const {
+    precis::cuda::col2im(stream_, g, dcol, c0, cs, first, count, dx);
+  }
+  /// conv2d's outputs from a GEMM plus the bias, and its output and bias gradients
+  /// (precis::cuda::conv_output / conv_output_grads; the bias sums a block per channel).
+  template <class Acc, class B, class O>
+  void conv_output(Acc* acc, const TensorView<const B>& bias, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count,
+                   index_t p, O* y) const {
+    precis::cuda::conv_output(stream_, acc, precis::cuda::device_view(bias), oc0, og, oc_all, n0, count, p, y);
+  }
+  template <class Acc, class GQ, class G>
+  void conv_output_grads(const GQ* gq, const G* gy, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count, index_t p,
+                         GQ* gm, Acc* gb) const {
+    precis::cuda::conv_output_grads(stream_, gq, gy, oc0, og, oc_all, n0, count, p, gm, gb);
+  }
+  /// The device computes conv2d's weight gradient with its GEMM (the host's in-place AVX2 path
+  /// is a CPU kernel).
+  template <class Acc, class L, class GQ>
+  static constexpr bool weight_grad_direct_types = false;
+  /// v (contiguous, a binary format) = zeros.
+  template <class T>
+  void fill_zero(const TensorView<T>& v) const {
+    zero_bytes(v.data(), static_cast<std::size_t>(v.size()) * sizeof(T));
+  }
+
+  /// Max and average pooling and their gradients (precis::cuda::max_pool / avg_pool: a thread
+  /// per output, the host's window order and rule; the backwards in the host's order).
+  template <class X, class O>
+  void max_pool(const conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y, std::int32_t* at) const {
+    using R = precis::detail::ad::arith_t<precis::detail::remove_const_t<X>>;
+    const auto xd = as<precis::detail::remove_const_t<X>>(x, false);
+    precis::cuda::max_pool<R>(stream_, g, xd.data(), y.data(), at);
+  }
+  template <class R, class G, class GX>
+  void max_pool_backward(const conv_detail::geometry& g, const TensorView<const G>& gy, const std::int32_t* at, const TensorView<GX>& d) const {
+    const auto acc = zeros<R>(d.shape());
+    const auto gd = as<G>(gy, false);
+    precis::cuda::max_pool_backward(stream_, g, gd.data(), at, acc.data());
+    add_into<R>("precis::max_pool2d", d, acc.as_const());
+  }
+  template <class R, class X, class O>
+  void avg_pool(const conv_detail::geometry& g, const TensorView<const X>& x, const TensorView<O>& y) const {
+    precis::cuda::avg_pool<R>(stream_, g, x.data(), y.data());
+  }
+  template <class R, class G>
+  void avg_pool_backward(const conv_detail::geometry& g, const TensorView<const G>& gy, const TensorView<R>& acc) const {
+    const auto gd = as<G>(gy, false);
+    precis::cuda::avg_pool_backward(stream_, g, gd.data(), acc.data());
+  }
+
+  /// Batch normalization (precis::cuda::batch_norm_forward / backward: a block per channel; the
+  /// running estimates in device memory).
+  template <class Acc, class X, class Gm, class Bt, class O>
+  void batch_norm_forward(const TensorView<const X>& x, const TensorView<const Gm>& gamma, const TensorView<const Bt>& beta, bool training,
+                          double momentum, double eps, double* running_mean, double* running_var, Acc* stats,
+                          const TensorView<O>& y) const {
+    precis::cuda::batch_norm_forward<Acc>(stream_, precis::cuda::device_view(x), precis::cuda::device_view(gamma),
+                                          precis::cuda::device_view(beta), training, momentum, eps, running_mean, running_var, stats,
+                                          y.data());
+  }
+  template <class Acc, class G, class X, class Gm>
+  void batch_norm_backward(const TensorView<const G>& gy, const TensorView<const X>& x, const TensorView<const Gm>& gamma, const Acc* stats,
+                           bool training, Acc* dx, Acc* dg, Acc* db) const {
+    const auto gd = as<G>(gy, false);
+    precis::cuda::batch_norm_backward<Acc>(stream_, gd.data(), precis::cuda::device_view(x), precis::cuda::device_view(gamma), stats,
+                                           training, dx, dg, db);
   }
 
   /// n zero bytes at device address p, on the stream (fresh_tracking's zeroing).

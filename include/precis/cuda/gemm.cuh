@@ -83,6 +83,9 @@ struct device_info {
   bool sm90a = false;  // this program carries sm_90a code and the device runs it
 };
 
+/// A template (of nothing) so that every translation unit that includes this header may
+/// define it: a plain __global__ function here is a multiple definition at link time.
+template <int = 0>
 __global__ void sm90a_probe_kernel(int* out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   *out = 1;
@@ -105,7 +108,7 @@ inline device_info current_device_info() {
     check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
     if (d.major == 9 && d.minor == 0) {
       device_buffer<int> flag(1);
-      sm90a_probe_kernel<<<1, 1>>>(flag.data());
+      sm90a_probe_kernel<><<<1, 1>>>(flag.data());
       check(cudaGetLastError(), "precis::cuda::gemm: sm_90a probe launch");
       int v = 0;
       check(cudaMemcpy(&v, flag.data(), sizeof v, cudaMemcpyDeviceToHost), "precis::cuda::gemm: sm_90a probe");

@@ -20,7 +20,8 @@ namespace precis::op {
 /// channel's N x S values (the mean, the variance about it, and the backward's sums of gy and gy
 /// xhat) is pairwise on eight lanes in the accumulator (detail::bn::lane_sum): error at most
 /// gamma(ceil(log2(N S)) + 2) times the sum of the terms' magnitudes, and short dependency chains
-/// (a running sum costs one add's latency per value).
+/// (a running sum costs one add's latency per value). The loops are the context's
+/// (batch_norm_forward / _backward; the device's sum a block per channel).
 struct batch_norm : def<policy::safety::needs_wide> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr bool context_only = true;

@@ -7,8 +7,13 @@
 // runs the two transposed GEMMs in the accumulator and scatters the column gradients back
 // (col2im) into an accumulator image: every gradient is rounded once into its storage. With an
 // fp32 accumulator (and float, bfloat16 or half operands) on a CPU with AVX2 and FMA, the
-// weight gradient is not a GEMM: conv_detail::weight_grad_direct reads the output gradient and
-// the columns in place (a GEMM would pack both, each packed value used only O or C kh kw times).
+// weight gradient is not a GEMM: op::cpu::weight_grad_direct reads the output gradient and the
+// columns in place (a GEMM would pack both, each packed value used only O or C kh kw times).
+//
+// The definitions keep the algorithm (column batches, groups, GEMMs) and reach memory only
+// through their context (context_only): im2col, col2im, the output's bias and rounding, the
+// gathers, the pools' windows are context members, the host's in ops/cpu_kernels.hpp, the
+// device's in cuda/conv.cuh.
 #pragma once
 
 #include "precis/config.hpp"

@@ -1,0 +1,22 @@
+// The CNN and the ViT trained on the GPU (train_fashion_mnist --device cuda), the loop of
+// device_train.cuh under the CPU plan's policies for them: 32-true, bf16-mixed and 16-mixed
+// (with dynamic loss scaling). Their own translation unit, so that a 2-core build compiles it
+// beside the MLP's.
+#include "device_train.cuh"
+
+namespace fashion_mnist {
+
+namespace {
+template <template <class> class Model>
+result run_model(const request& q) {
+  using device_detail::train_on_device;
+  if (q.policy == "32-true") return train_on_device<Model, pol::named<"32-true">>(q);
+  if (q.policy == "bf16-mixed") return train_on_device<Model, pol::named<"bf16-mixed">>(q);
+  if (q.policy == "16-mixed") return train_on_device<Model, pol::named<"16-mixed">>(q, optim::DynamicLossScaler{});
+  throw precis::usage_error("train_fashion_mnist: --device cuda: the " + q.model + " trains under 32-true, bf16-mixed and 16-mixed on the device, not " + q.policy);
+}
+}  // namespace
+
+result run_cnn_vit_on_device(const request& q) { return q.model == "cnn" ? run_model<Cnn>(q) : run_model<Vit>(q); }
+
+}  // namespace fashion_mnist
