@@ -946,3 +946,72 @@ TEST(Backend, AConvolutionalNetworkTrainsOnTheBackendWithTheHostsBits) {
   EXPECT_EQ(bf.running_var(), bh.running_var());
   EXPECT_NE(bh.running_mean()[0], 0.0);
 }
+
+// The device's convolution and pooling kernels work one input element at a time: col2im gathers
+// each element's taps (conv_detail::tap_source) and pooling's backward the windows covering it
+// (conv_detail::covering). Over every small geometry, those maps name exactly the outputs that
+// the host's sweeps (every output's window, every tap) reach the element from; and col2im as a
+// gather, taps in kernel order, gives the host's scatter its bits.
+TEST(Backend, TheDevicesPerElementWindowMapsMatchTheHostsSweeps) {
+  using op::conv_detail::covering;
+  using op::conv_detail::tap_source;
+  int checked = 0;
+  for (index_t in = 1; in <= 9; ++in)
+    for (index_t k = 1; k <= 4; ++k)
+      for (index_t s = 1; s <= 3; ++s)
+        for (index_t d = 1; d <= 2; ++d)
+          for (index_t p = 0; p <= 2; ++p) {
+            const index_t out = op::conv_detail::out_extent(in, k, s, p, d);
+            if (out <= 0) continue;
+            for (index_t i = 0; i < in; ++i) {
+              for (index_t t = 0; t < k; ++t) {  // the output whose tap t reads i
+                index_t expect = -1;
+                for (index_t o = 0; o < out; ++o) {
+                  if (o * s - p + t * d == i) expect = o;
+                }
+                ASSERT_EQ(tap_source(i, t, s, p, d, out), expect) << "in " << in << " k " << k << " s " << s << " d " << d << " p " << p;
+              }
+              if (d == 1) {  // pooling: the windows covering i form one run
+                index_t lo = out, hi = -1;
+                for (index_t o = 0; o < out; ++o) {
+                  if (o * s - p <= i && i < o * s - p + k) lo = std::min(lo, o), hi = std::max(hi, o);
+                }
+                const auto c = covering(i, k, s, p, out);
+                if (hi < 0) {
+                  ASSERT_GT(c.lo, c.hi) << "in " << in << " k " << k << " s " << s << " p " << p << " i " << i;
+                } else {
+                  ASSERT_EQ(c.lo, lo) << "in " << in << " k " << k << " s " << s << " p " << p << " i " << i;
+                  ASSERT_EQ(c.hi, hi) << "in " << in << " k " << k << " s " << s << " p " << p << " i " << i;
+                }
+              }
+              ++checked;
+            }
+          }
+  EXPECT_GT(checked, 1000);
+
+  // col2im of random column gradients: the host's scatter and a gather by tap_source
+  const op::conv_detail::geometry g{2, 3, 7, 6, 3, 2, op::conv_detail::out_extent(7, 3, 2, 1, 2),
+                                    op::conv_detail::out_extent(6, 2, 1, 1, 1), {2, 1}, {1, 1}, {2, 1}};
+  const index_t cols = g.n * g.plane(), k = g.c * g.kh * g.kw;
+  Tensor<float> dcol(Shape{k, cols});
+  fill_uniform(dcol, -1.0, 1.0, 81);
+  Tensor<float> scattered(Shape{g.n, g.c, g.h, g.w}), gathered(Shape{g.n, g.c, g.h, g.w});
+  fill_uniform(scattered, -1.0, 1.0, 82);
+  std::copy_n(scattered.data(), scattered.size(), gathered.data());
+  op::conv_detail::col2im(g, dcol.data(), 0, g.c, 0, g.n, scattered.data());
+  for (index_t b = 0; b < g.n; ++b)
+    for (index_t c = 0; c < g.c; ++c)
+      for (index_t ih = 0; ih < g.h; ++ih)
+        for (index_t iw = 0; iw < g.w; ++iw) {
+          float& v = gathered.data()[((b * g.c + c) * g.h + ih) * g.w + iw];
+          for (index_t i = 0; i < g.kh; ++i) {
+            const index_t oh = tap_source(ih, i, g.stride[0], g.pad[0], g.dil[0], g.ho);
+            if (oh < 0) continue;
+            for (index_t j = 0; j < g.kw; ++j) {
+              const index_t ow = tap_source(iw, j, g.stride[1], g.pad[1], g.dil[1], g.wo);
+              if (ow >= 0) v += dcol.data()[((c * g.kh + i) * g.kw + j) * cols + b * g.plane() + oh * g.wo + ow];
+            }
+          }
+        }
+  EXPECT_TRUE(same_bits(gathered, scattered));
+}

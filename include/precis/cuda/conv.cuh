@@ -96,12 +96,11 @@ __global__ void col2im_kernel(windows g, const Acc* dcol, index_t c0, index_t cs
     Acc* d = dx + ((first + b) * g.c + c0 + c) * hw + ih * g.w + iw;
     Acc v = *d;
     for (index_t i = 0; i < g.kh; ++i) {
-      const index_t th = ih + g.ph - i * g.dh;  // oh * stride
-      if (th < 0 || th % g.sh != 0 || th / g.sh >= g.ho) continue;
+      const index_t oh = op::conv_detail::tap_source(ih, i, g.sh, g.ph, g.dh, g.ho);
+      if (oh < 0) continue;
       for (index_t j = 0; j < g.kw; ++j) {
-        const index_t tw = iw + g.pw - j * g.dw;
-        if (tw < 0 || tw % g.sw != 0 || tw / g.sw >= g.wo) continue;
-        v = add_rn(v, dcol[((c * g.kh + i) * g.kw + j) * cols + b * p + (th / g.sh) * g.wo + tw / g.sw]);
+        const index_t ow = op::conv_detail::tap_source(iw, j, g.sw, g.pw, g.dw, g.wo);
+        if (ow >= 0) v = add_rn(v, dcol[((c * g.kh + i) * g.kw + j) * cols + b * p + oh * g.wo + ow]);
       }
     }
     *d = v;
@@ -221,13 +220,10 @@ __global__ void avg_pool_backward_kernel(windows g, const G* gy, R* acc) {
   const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const index_t pl = e / hw, ih = (e % hw) / g.w, iw = e % g.w;
-    // the windows whose rows [oh sh - ph, oh sh - ph + kh) hold ih (and likewise the columns)
-    const index_t th = ih + g.ph - g.kh + 1, tw = iw + g.pw - g.kw + 1;
-    const index_t oh0 = th <= 0 ? 0 : (th + g.sh - 1) / g.sh, oh1 = (ih + g.ph) / g.sh < g.ho ? (ih + g.ph) / g.sh : g.ho - 1;
-    const index_t ow0 = tw <= 0 ? 0 : (tw + g.sw - 1) / g.sw, ow1 = (iw + g.pw) / g.sw < g.wo ? (iw + g.pw) / g.sw : g.wo - 1;
+    const auto rows = op::conv_detail::covering(ih, g.kh, g.sh, g.ph, g.ho), cols = op::conv_detail::covering(iw, g.kw, g.sw, g.pw, g.wo);
     R v = acc[e];
-    for (index_t oh = oh0; oh <= oh1; ++oh)
-      for (index_t ow = ow0; ow <= ow1; ++ow) v = add_rn(v, mul_rn(ew_detail::load<R>(gy + (pl * g.ho + oh) * g.wo + ow), inv));
+    for (index_t oh = rows.lo; oh <= rows.hi; ++oh)
+      for (index_t ow = cols.lo; ow <= cols.hi; ++ow) v = add_rn(v, mul_rn(ew_detail::load<R>(gy + (pl * g.ho + oh) * g.wo + ow), inv));
     acc[e] = v;
   }
 }

@@ -36,6 +36,27 @@ inline index_t out_extent(index_t in, index_t kernel, index_t stride, index_t pa
   return (in + 2 * pad - span) / stride + 1;
 }
 
+/// The output position o (of `out`) whose window's tap t (stride s, padding p, dilation d)
+/// lands on input position i, or -1 when there is none: col2im's gather, one input element at
+/// a time (the device's).
+PRECIS_HOST_DEVICE inline index_t tap_source(index_t i, index_t t, index_t s, index_t p, index_t d, index_t out) {
+  const index_t at = i + p - t * d;  // o * s
+  return at < 0 || at % s != 0 || at / s >= out ? -1 : at / s;
+}
+
+/// The output positions [lo, hi] (lo > hi: none) whose windows of k taps (stride s, padding p,
+/// dilation 1) cover input position i: pooling's backward, one input element at a time (the
+/// device's).
+struct span {
+  index_t lo, hi;
+};
+PRECIS_HOST_DEVICE inline span covering(index_t i, index_t k, index_t s, index_t p, index_t out) {
+  const index_t first = i + p - k + 1;  // the smallest o s whose window reaches i
+  const index_t lo = first <= 0 ? 0 : (first + s - 1) / s;
+  const index_t last = (i + p) / s;  // i + p >= 0
+  return {lo, last < out ? last : out - 1};
+}
+
 /// Geometry of one conv2d or pooling call.
 struct geometry {
   index_t n, c, h, w, kh, kw, ho, wo;
