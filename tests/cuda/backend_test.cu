@@ -34,10 +34,12 @@
 //   16 u_acc) of the host tape's;
 // - an nn::MLP on the device has the host module's initial bits, and one step's loss and
 //   gradients are within the tape's bound of the host's; zero_grad on a stream zeroes them;
-// - a whole training step (tape.reset, the forward of an nn::MLP with borrowed batch and labels,
-//   the backward seeded with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
+// - a whole training step (tape.reset, the forward of an nn::MLP, or of a small CNN of Conv2d,
+//   BatchNorm2d, max pooling and Linear, with borrowed batch and labels, the backward seeded
+//   with the device optimizer's loss scale, opt.step, opt.zero_grad) is captured
 //   into a CUDA graph in cudaStreamCaptureModeGlobal, which fails on any synchronizing call, so
-//   the step has none; three replays leave the parameters, the loss scale and the update count
+//   the step has none; three replays leave the parameters (and batch norm's running estimates),
+//   the loss scale and the update count
 //   with the bits of three more eager steps (bf16-mixed, and 16-mixed with its dynamic scale,
 //   whose first steps may be skipped: at least one of the five must apply).
 #include <cmath>
@@ -552,15 +554,43 @@ void convolutions_on_device(const char* name) {
   }
 }
 
+/// A small CNN of the demo's layers: x [16, 48] seen as [16, 3, 4, 4] -> Conv2d 3 -> 8 (3x3,
+/// padding 1) -> BatchNorm2d (training: its running estimates move on the device) -> 2 x 2 max
+/// pool -> relu -> Linear 32 -> 10.
+template <class P>
+struct small_cnn : precis::nn::Module<P> {
+  precis::nn::Conv2d<P>* conv;
+  precis::nn::BatchNorm2d<P>* norm;
+  precis::nn::Linear<P>* head;
+  explicit small_cnn(std::uint64_t seed) {
+    conv = &this->register_module("conv", std::make_unique<precis::nn::Conv2d<P>>(3, 8, std::array<index_t, 2>{3, 3},
+                                                                                 precis::conv2d_options{.padding = {1, 1}}, seed));
+    norm = &this->register_module("norm", std::make_unique<precis::nn::BatchNorm2d<P>>(8));
+    head = &this->register_module("head", std::make_unique<precis::nn::Linear<P>>(32, 10, seed + 1));
+  }
+  template <class S>
+  auto operator()(const precis::Var<P, S>& x) {
+    const auto h = precis::relu(precis::max_pool2d((*norm)((*conv)(precis::reshape(x, Shape{16, 3, 4, 4})))));
+    return (*head)(precis::reshape(h, Shape{16, 32}));
+  }
+};
+
 /// An nn::MLP 48-32-10 on the device (its parameters in device memory) trained at batch 16 by
 /// the device optimizer made from it (SGD with momentum).
 template <class P>
-struct device_mlp {
+struct mlp_48 : precis::nn::MLP<P> {
+  explicit mlp_48(std::uint64_t seed) : precis::nn::MLP<P>({48, 32, 10}, precis::nn::activation::relu, seed) {}
+};
+
+/// Model<on_device<P>> trained at batch 16 (x [16, 48], labels on the device) by the device
+/// optimizer made from it (SGD with momentum).
+template <class P, template <class> class Model>
+struct device_model {
   using X = typename P::activation_type;
   using D = pc::on_device<P>;
   using Opt = pc::MixedPrecisionOptimizer<P, precis::optim::SGD>;
   cudaStream_t stream;
-  precis::nn::MLP<D> net;
+  Model<D> net;
   pc::DeviceTensor<X> x;
   pc::device_buffer<std::int64_t> labels;
   Opt opt;
@@ -578,9 +608,8 @@ struct device_mlp {
     return r;
   }
 
-  explicit device_mlp(cudaStream_t s)
-      : stream(s), net({48, 32, 10}, precis::nn::activation::relu, 21), x(batch()), labels(16),
-        opt(net, sgd(), typename Opt::options{.stream = s}), tape(0, pc::device_backend{s}) {
+  explicit device_model(cudaStream_t s)
+      : stream(s), net(21), x(batch()), labels(16), opt(net, sgd(), typename Opt::options{.stream = s}), tape(0, pc::device_backend{s}) {
     std::vector<std::int64_t> l(16);
     for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int64_t>((7 * i + 3) % 10);
     pc::check(cudaMemcpy(labels.data(), l.data(), sizeof(std::int64_t) * l.size(), cudaMemcpyHostToDevice), "labels");
@@ -653,9 +682,9 @@ void module_on_device(const char* name, cudaStream_t stream) {
   check(nonzero == 0, std::string(name) + " nn module on device: zero_grad left " + std::to_string(nonzero) + " nonzero gradients");
 }
 
-template <class P>
+template <class P, template <class> class Model>
 void step_in_a_graph(const char* name, cudaStream_t stream) {
-  device_mlp<P> eager(stream), graphed(stream);
+  device_model<P, Model> eager(stream), graphed(stream);
   for (int i = 0; i < 5; ++i) eager.step();
   for (int i = 0; i < 2; ++i) graphed.step();  // the arenas reach their steady size
   cudaGraph_t graph = nullptr;
@@ -677,6 +706,12 @@ void step_in_a_graph(const char* name, cudaStream_t stream) {
   for (std::size_t i = 0; i < ev.size(); ++i) bad += mismatches(gv[i], ev[i]);
   const auto se = eager.opt.read_status(), sg = graphed.opt.read_status();
   check(bad == 0, std::string(name) + " step in a graph: " + std::to_string(bad) + " parameters differ from the eager steps'");
+  if constexpr (requires { eager.net.norm; }) {  // batch norm's running estimates, moved on the device every step
+    const pc::device_backend b{stream};
+    check(eager.net.norm->running_mean(b) == graphed.net.norm->running_mean(b) &&
+              eager.net.norm->running_var(b) == graphed.net.norm->running_var(b),
+          std::string(name) + " step in a graph: batch norm's running estimates differ from the eager steps'");
+  }
   check(se.updates == sg.updates && se.scaler.scale == sg.scaler.scale,
         std::string(name) + " step in a graph: updates " + std::to_string(sg.updates) + " and scale " + std::to_string(sg.scaler.scale) +
             " against the eager steps' " + std::to_string(se.updates) + " and " + std::to_string(se.scaler.scale));
@@ -714,13 +749,15 @@ int run_device() {
   std::printf("conv2d (grouped, strided, dilated), max and avg pool2d, batch_norm (training and evaluation) and bmm on the device: within their bound of the host's\n");
   cudaStream_t stream;
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  step_in_a_graph<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
-  step_in_a_graph<precis::policy::named<"16-mixed">>("16-mixed", stream);
+  step_in_a_graph<precis::policy::named<"bf16-mixed">, mlp_48>("bf16-mixed MLP", stream);
+  step_in_a_graph<precis::policy::named<"16-mixed">, mlp_48>("16-mixed MLP", stream);
+  step_in_a_graph<precis::policy::named<"bf16-mixed">, small_cnn>("bf16-mixed CNN", stream);
+  step_in_a_graph<precis::policy::named<"16-mixed">, small_cnn>("16-mixed CNN", stream);
   module_on_device<precis::policy::named<"32-true">>("32-true", stream);
   module_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
   std::printf("nn modules on the device: the host's initial bits, gradients within the tape's bound\n");
   cudaStreamDestroy(stream);
-  std::printf("a training step on the device is captured whole into a CUDA graph (no synchronization inside it)\n");
+  std::printf("a training step on the device (an MLP; a CNN with convolution, batch norm and pooling) is captured whole into a CUDA graph (no synchronization inside it)\n");
   std::printf("op definitions through op::cuda: relu, add (broadcast) and linear match the host's within their bounds\n");
   std::printf("%s\n", failures == 0 ? "device backend: all checks passed" : "device backend: FAILED");
   return failures == 0 ? 0 : 1;

@@ -3,9 +3,11 @@
 // the device. With --device (label `gpu`; exit 77, skipped, without a device): against the host's
 // optim::MixedPrecisionOptimizer on the same gradients, under 16-mixed (SGD with momentum, a
 // dynamic scaler that grows every second clean step, an overflowing step), bf16-mixed (AdamW)
-// and 32-true (Adam, weight decay, clipping by the global norm): every skip decision and scale
-// equal, the masters within a bound from the unit roundoff (the device fuses multiplies and
-// adds), each parameter its master rounded once, a skipped step writing nothing; two runs give
+// 32-true (Adam, weight decay, clipping by the global norm), bf16-true (SGD with momentum) and
+// 16-true (AdamW), whose parameters and state are stored in 16 bits: every skip decision and
+// scale equal, the masters within a bound from the unit roundoff (the device fuses multiplies
+// and adds), each parameter its master rounded once, a skipped step writing nothing;
+// bf16-true's stochastic update rounding unbiased and reproducible by seed; two runs give
 // the same bits; the step captured in a CUDA graph (which fails if it synchronizes with the host)
 // gives the same bits replayed; force_found_inf skips a step; zero_grad writes +0.
 #include <cmath>
@@ -94,8 +96,12 @@ struct params_module : precis::nn::Module<P> {
 
 /// One scripted run: `steps` steps of random gradients (times the current scale), step
 /// `inf_step` with an infinity in the last parameter's gradient; host and device side by side.
+/// `ulps`: how many units u |w| a stored master may differ by per applied step before the
+/// update's chain (1 for fp32 and fp64 masters; 2 for bf16 and fp16 ones, updated in fp32
+/// and rounded each step: one fp32 rounding the device fuses away may move the value across a
+/// rounding boundary, one 16-bit ulp, 2u |w|).
 template <class P, class Rule, class Scaler>
-void against_host(const char* what, Rule rule, Scaler scaler, double max_norm, int steps, int inf_step) {
+void against_host(const char* what, Rule rule, Scaler scaler, double max_norm, int steps, int inf_step, double ulps = 1) {
   using G = precis::grad_storage_t<P, typename P::param_type>;
   using S = typename P::param_type;
   using M = typename P::master_type;
@@ -115,7 +121,7 @@ void against_host(const char* what, Rule rule, Scaler scaler, double max_norm, i
 
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1e-2f);
-  const double u = std::ldexp(1.0, -std::numeric_limits<M>::digits);
+  const double u = precis::format_traits<M>::unit_roundoff();
   std::vector<std::vector<double>> sum_w(shapes.size()), sum_d(shapes.size());
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     sum_w[i].assign(static_cast<std::size_t>(shapes[i].numel()), 0.0);
@@ -173,7 +179,7 @@ void against_host(const char* what, Rule rule, Scaler scaler, double max_norm, i
         sum_d[i][kk] += std::fabs(h - static_cast<double>(before[i].data()[k]));
         // each applied step: one rounding of w (u |w|) and the update's chain, whose inputs
         // (moments, momentum) carry the earlier steps' differences: 12 roundings per step
-        const double tol = u * (sum_w[i][kk] + 12.0 * applied * sum_d[i][kk]);
+        const double tol = u * (ulps * sum_w[i][kk] + 12.0 * applied * sum_d[i][kk]);
         if (!(std::fabs(h - d) <= tol)) {
           if (bad < 3) std::printf("  %s p%zu[%lld]: host %.9g device %.9g bound %.3g\n", at.c_str(), i, static_cast<long long>(k), h, d, tol);
           ++bad;
@@ -246,6 +252,48 @@ int mismatches_bits(const precis::Tensor<T>& a, const precis::Tensor<T>& b) {
   return n;
 }
 
+/// bf16-true's in-place update rounded stochastically: w = 1 and an SGD step of 2^-12, a sixteenth
+/// of bf16's spacing below 1 (2^-8). Rounded to nearest, nothing moves; stochastically, each
+/// element goes down to 1 - 2^-8 with probability 1/16, independently: over 2^16 elements the
+/// count is within 6 standard deviations of 4096 and the mean is unbiased. The same seed gives
+/// the same bits; another seed other bits.
+void stochastic_rounding() {
+  using P = precis::policy::named<"bf16-true">;
+  using S = precis::bfloat16;
+  using G = precis::grad_storage_t<P, S>;
+  using Opt = precis::cuda::MixedPrecisionOptimizer<P, precis::optim::SGD>;
+  const Shape shape{1 << 16};
+  const auto w0 = precis::Tensor<S>::full(shape, S(1.0f));
+  const auto g = precis::Tensor<G>::full(shape, precis::detail::store<G>(std::ldexp(1.0f, -12)));
+  const auto run = [&](precis::optim::update_rounding how, std::uint64_t seed) {
+    auto w = precis::cuda::DeviceTensor<S>::from_host(w0);
+    auto gd = precis::cuda::DeviceTensor<G>::from_host(g);
+    Opt o({{"w", w.view(), gd.view()}}, {.lr = 1.0}, Opt::options{.rounding = how, .seed = seed});
+    o.step();
+    check(o.read_status().applied, "stochastic rounding: the step applies");
+    return w.to_host();
+  };
+  const auto nearest = run(precis::optim::update_rounding::nearest, 3);
+  int moved = 0;
+  for (const auto& x : nearest) moved += static_cast<float>(x) != 1.0f;
+  check(moved == 0, "bf16-true, nearest: " + std::to_string(moved) + " of 2^16 weights moved by a sixteenth of an ulp");
+  const auto a = run(precis::optim::update_rounding::stochastic, 3), b = run(precis::optim::update_rounding::stochastic, 3),
+             c = run(precis::optim::update_rounding::stochastic, 4);
+  int down = 0, other = 0;
+  for (const auto& x : a) {
+    const float v = static_cast<float>(x);
+    down += v == 1.0f - std::ldexp(1.0f, -8);
+    other += v != 1.0f && v != 1.0f - std::ldexp(1.0f, -8);
+  }
+  const double n = static_cast<double>(shape.numel()), p = 1.0 / 16, sd = std::sqrt(n * p * (1 - p));
+  check(other == 0, "bf16-true, stochastic: " + std::to_string(other) + " weights are neither neighbour of the exact update");
+  check(std::fabs(down - n * p) <= 6 * sd, "bf16-true, stochastic: " + std::to_string(down) + " of 2^16 rounded down; expected " +
+                                               std::to_string(n * p) + " +- 6 x " + std::to_string(sd));
+  check(mismatches_bits(a, b) == 0, "bf16-true, stochastic: the same seed gave other bits");
+  check(mismatches_bits(a, c) > 0, "bf16-true, stochastic: another seed gave the same bits");
+  std::printf("bf16-true stochastic rounding on the device: %d of 65536 rounded down (expected 4096 +- %.0f), reproducible by seed\n", down, 6 * sd);
+}
+
 /// Two identical runs, the same bits (the sums have a fixed order); then a forced overflow and
 /// zero_grad.
 void deterministic() {
@@ -309,6 +357,10 @@ int run_device() {
   adam.lr = 1e-2;
   adam.weight_decay = 1e-2;
   against_host<precis::policy::named<"32-true">>("32-true, Adam, clipped", adam, precis::optim::NoLossScaler{}, 0.5, 6, 5);
+  against_host<precis::policy::named<"bf16-true">>("bf16-true, SGD momentum", precis::optim::SGD{.lr = 0.1, .momentum = 0.9},
+                                                    precis::optim::NoLossScaler{}, 0.0, 6, 3, 2.0);
+  against_host<precis::policy::named<"16-true">>("16-true, AdamW", precis::optim::AdamW{}, precis::optim::NoLossScaler{}, 0.0, 6, 3, 2.0);
+  stochastic_rounding();
   deterministic();
   graph_replay();
   std::printf("%s\n", failures == 0 ? "device optimizer: all checks passed" : "device optimizer: FAILED");

@@ -21,8 +21,10 @@
 //   3. update: each element's gradient is multiplied by 1 / (scale x accumulation steps) x clip,
 //      in the master arithmetic, as it is read (a 16-bit gradient is never unscaled in its own
 //      storage); the rule updates the master and its state; the parameter receives the master
-//      rounded once to nearest. When the decision was to skip, the kernel returns at once and
-//      nothing is written.
+//      rounded once to nearest. A parameter without a master (the "-true" policies; bf16-true
+//      and 16-true keep their state in bf16 or fp16 and compute in fp32) is updated in place,
+//      rounded to nearest or stochastically (options::rounding). When the decision was to skip,
+//      the kernel returns at once and nothing is written.
 // The same order as optim::MixedPrecisionOptimizer: the gradients are unscaled by the scale they
 // were seeded with, before the scaler's update of it. Sums in a fixed order, so a step gives the
 // same bits every time; against the host optimizer the masters differ by the device's fused
@@ -47,7 +49,9 @@
 
 #include "precis/autodiff/tape.hpp"
 #include "precis/cuda/device.cuh"
+#include "precis/cuda/gemm/epilogue.cuh"
 #include "precis/error.hpp"
+#include "precis/optim/mixed_precision.hpp"  // optim::update_rounding
 #include "precis/optim/optimizers.hpp"
 #include "precis/optim/scaler.hpp"
 #include "precis/policy/policies.hpp"
@@ -78,7 +82,8 @@ __device__ void store(T* p, index_t i, M v) {
   else precis::cuda::detail::store_rounded(p, static_cast<std::size_t>(i), static_cast<float>(v));
 }
 
-/// One parameter tensor in device memory, as the kernels see it.
+/// One parameter tensor in device memory, as the kernels see it: masters and state stored in M
+/// (P's master type), their arithmetic T (M's own: fp32 for a 16-bit M).
 template <class Param, class Grad, class M, std::size_t K>
 struct segment {
   Param* value = nullptr;
@@ -87,15 +92,17 @@ struct segment {
   M* state[K == 0 ? 1 : K] = {};
   index_t n = 0;
   index_t first_tile = 0;      // its first tile among all the optimizer's tiles
+  std::uint32_t number = 0;    // its place in the optimizer's list (stochastic rounding's stream)
 };
 
-/// What the decision kernel writes and the update kernel reads, in device memory.
-template <class Context, class M>
+/// What the decision kernel writes and the update kernel reads, in device memory (T: the
+/// masters' arithmetic).
+template <class Context, class T>
 struct decision {
   optim::scaler_state scaler;
   std::int64_t updates = 0;    // updates applied (the rule's step count)
   double grad_norm = 0;        // of the unscaled gradients; inf when one was not finite
-  M factor = 1;                // what each gradient is multiplied by as it is read
+  T factor = 1;                // what each gradient is multiplied by as it is read
   int apply = 0;               // whether this step's update applies
   int found_inf = 0;
   int force_inf = 0;           // set by force_found_inf(), cleared by the next decision
@@ -124,22 +131,22 @@ __device__ inline double block_sum(double v) {
   return part[0];
 }
 
-template <class Seg, class M>
+template <class Seg, class T>
 __global__ void __launch_bounds__(threads) squares_kernel(const Seg* segs, const int* tile_seg, double* partials) {
   index_t begin = 0, end = 0;
   const Seg& s = tile_segment(segs, tile_seg, begin, end);
   double acc = 0;
   for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) {
-    const auto v = static_cast<double>(load<M>(s.grad, i));
+    const auto v = static_cast<double>(load<T>(s.grad, i));
     acc += v * v;
   }
   const double sum = block_sum(acc);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-template <class Rule, class M>
+template <class Rule, class T>
 __global__ void __launch_bounds__(threads)
-    decide_kernel(const double* partials, index_t n_tiles, decision<typename Rule::context, M>* d, optim::scaling_rule sr,
+    decide_kernel(const double* partials, index_t n_tiles, decision<typename Rule::context, T>* d, optim::scaling_rule sr,
                   Rule rule, double accumulation_steps, double max_norm) {
   double acc = 0;
   for (index_t t = static_cast<index_t>(threadIdx.x); t < n_tiles; t += threads) acc += partials[t];
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(threads)
   const double norm = found_inf ? static_cast<double>(INFINITY) : ::sqrt(ssq) * inverse;
   const double clip = (max_norm > 0 && !found_inf && norm > max_norm) ? max_norm / (norm + 1e-6) : 1.0;
   d->grad_norm = norm;
-  d->factor = static_cast<M>(inverse * clip);
+  d->factor = static_cast<T>(inverse * clip);
   d->found_inf = found_inf ? 1 : 0;
   d->force_inf = 0;
   optim::advance(d->scaler, sr, found_inf);
@@ -161,36 +168,49 @@ __global__ void __launch_bounds__(threads)
   }
 }
 
-template <class Rule, class Seg, class M, std::size_t K>
-__global__ void __launch_bounds__(threads)
-    update_kernel(const Seg* segs, const int* tile_seg, const decision<typename Rule::context, M>* d, Rule rule, int active) {
+/// The update in T: masters, state and parameters widened exactly as read and rounded once to
+/// nearest into their storage as written; a parameter without a master is rounded
+/// stochastically instead when `seed` is given (`stochastic`): the host's rounding core with 64
+/// Philox bits of (seed, the update count, the parameter's number, the element).
+template <class Rule, class Seg, class T, std::size_t K>
+__global__ void __launch_bounds__(threads) update_kernel(const Seg* segs, const int* tile_seg, const decision<typename Rule::context, T>* d,
+                                                         Rule rule, int active, bool stochastic, std::uint64_t seed) {
   if (d->apply == 0) return;
   index_t begin = 0, end = 0;
   const Seg& s = tile_segment(segs, tile_seg, begin, end);
   const auto ctx = d->ctx;
-  const M factor = d->factor;
+  const T factor = d->factor;
+  const auto updates = static_cast<std::uint64_t>(d->updates);
   for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) {
-    M w = s.master != nullptr ? s.master[i] : load<M>(s.value, i);
-    const M g = M(load<M>(s.grad, i) * factor);
+    T w = s.master != nullptr ? load<T>(s.master, i) : load<T>(s.value, i);
+    const T g = T(load<T>(s.grad, i) * factor);
     if constexpr (K == 0) {
-      w = rule.update(w, g, static_cast<M*>(nullptr), ctx);
+      w = rule.update(w, g, static_cast<T*>(nullptr), ctx);
     } else {
-      M st[K];
-      for (int j = 0; j < active; ++j) st[j] = s.state[j][i];
-      w = rule.update(w, g, active > 0 ? st : static_cast<M*>(nullptr), ctx);
-      for (int j = 0; j < active; ++j) s.state[j][i] = st[j];
+      T st[K];
+      for (int j = 0; j < active; ++j) st[j] = load<T>(s.state[j], i);
+      w = rule.update(w, g, active > 0 ? st : static_cast<T*>(nullptr), ctx);
+      for (int j = 0; j < active; ++j) store(s.state[j], i, st[j]);
     }
-    if (s.master != nullptr) s.master[i] = w;
-    store(s.value, i, w);  // the master rounded once (exact when the parameter is stored in M)
+    if (s.master != nullptr) {
+      store(s.master, i, w);
+      store(s.value, i, w);  // the master rounded once (exact when the parameter is stored in T)
+    } else if (stochastic) {
+      using Param = std::remove_pointer_t<decltype(s.value)>;
+      precis::cuda::detail::round_store(s.value + i, w, rounding::stochastic, precis::detail::storage_overflow<Param>,
+                                        stochastic_bits(seed, updates, s.number, static_cast<std::uint64_t>(i)));
+    } else {
+      store(s.value, i, w);
+    }
   }
 }
 
-template <class Seg, class M>
+template <class Seg, class T>
 __global__ void __launch_bounds__(threads) masters_kernel(const Seg* segs, const int* tile_seg) {
   index_t begin = 0, end = 0;
   const Seg& s = tile_segment(segs, tile_seg, begin, end);
   if (s.master == nullptr) return;
-  for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) s.master[i] = load<M>(s.value, i);
+  for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) store(s.master, i, load<T>(s.value, i));
 }
 
 template <class Seg>
@@ -200,8 +220,8 @@ __global__ void __launch_bounds__(threads) zero_kernel(const Seg* segs, const in
   for (index_t i = begin + static_cast<index_t>(threadIdx.x); i < end; i += threads) store(s.grad, i, 0.0f);
 }
 
-template <class Context, class M>
-__global__ void force_kernel(decision<Context, M>* d) {
+template <class Context, class T>
+__global__ void force_kernel(decision<Context, T>* d) {
   d->force_inf = 1;
 }
 
@@ -210,20 +230,22 @@ __global__ void force_kernel(decision<Context, M>* d) {
 /// An optimizer rule (optim::SGD, Adam, AdamW, or one of one's own whose prepare() and update()
 /// are PRECIS_HOST_DEVICE) over parameters in device memory under policy P, with a loss scaler
 /// whose state lives on the device. Parameters stored narrower than P's master type get a
-/// master copy (fp32 under the "-mixed" policies); the others are updated in place, rounded to
-/// nearest.
+/// master copy (fp32 under the "-mixed" policies); the others (every parameter of a "-true"
+/// policy: bf16-true and 16-true keep their state in bf16 or fp16 too, their arithmetic fp32)
+/// are updated in place, rounded to nearest or (options::rounding) stochastically.
 template <class P, class Rule>
 class MixedPrecisionOptimizer {
  public:
   using param_type = typename P::param_type;
   using grad_type = grad_storage_t<P, param_type>;
   using master_type = typename P::master_type;
+  using compute_type = default_compute_t<master_type>;  // the masters' arithmetic
   static constexpr bool has_masters = !std::is_same_v<param_type, master_type>;
   static constexpr std::size_t state_count = Rule::state_count;
 
-  static_assert(optim::optimizer_rule<Rule, master_type>, "precis::cuda::MixedPrecisionOptimizer: Rule is not an optimizer rule");
-  static_assert(std::is_same_v<master_type, float> || std::is_same_v<master_type, double>,
-                "precis::cuda::MixedPrecisionOptimizer: master weights in fp32 or fp64");
+  static_assert(optim::optimizer_rule<Rule, compute_type>, "precis::cuda::MixedPrecisionOptimizer: Rule is not an optimizer rule");
+  static_assert(optim_detail::storable<master_type> && (std::is_same_v<compute_type, float> || std::is_same_v<compute_type, double>),
+                "precis::cuda::MixedPrecisionOptimizer: master weights in fp64, fp32, fp16 or bf16 (their arithmetic fp32 or fp64)");
   static_assert(optim_detail::storable<param_type> && optim_detail::storable<grad_type>,
                 "precis::cuda::MixedPrecisionOptimizer: parameters and gradients in fp64, fp32, fp16 or bf16");
   static_assert(std::is_trivially_copyable_v<Rule> && std::is_trivially_copyable_v<typename Rule::context>,
@@ -240,6 +262,12 @@ class MixedPrecisionOptimizer {
     std::int64_t accumulation_steps = 1;  // micro-batches per step
     double max_norm = 0;                  // > 0: clip the unscaled gradients' global norm to it
     cudaStream_t stream = nullptr;        // every kernel of the optimizer runs on it
+    /// For parameters without masters: nearest or stochastic (Kahan's compensation is the host
+    /// optimizer's only). Stochastic draws 64 Philox bits per element from (seed, the update
+    /// count, the parameter's place in the list, the element): the same bits on every run, other
+    /// draws than the host optimizer's sequential generator.
+    optim::update_rounding rounding = optim::update_rounding::nearest;
+    std::uint64_t seed = 0x5eed;
   };
 
   /// The state a step leaves on the device, copied back.
@@ -296,13 +324,13 @@ class MixedPrecisionOptimizer {
   void step() {
     namespace od = optim_detail;
     const auto blocks = static_cast<unsigned>(n_tiles_);
-    od::squares_kernel<seg, master_type><<<blocks, od::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data(), partials_.data());
+    od::squares_kernel<seg, compute_type><<<blocks, od::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data(), partials_.data());
     launched("squares");
-    od::decide_kernel<Rule, master_type><<<1, od::threads, 0, o_.stream>>>(
+    od::decide_kernel<Rule, compute_type><<<1, od::threads, 0, o_.stream>>>(
         partials_.data(), n_tiles_, decision_.data(), scaling_, rule_, static_cast<double>(o_.accumulation_steps), o_.max_norm);
     launched("decide");
-    od::update_kernel<Rule, seg, master_type, state_count>
-        <<<blocks, od::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data(), decision_.data(), rule_, active_);
+    od::update_kernel<Rule, seg, compute_type, state_count><<<blocks, od::threads, 0, o_.stream>>>(
+        segs_.data(), tile_seg_.data(), decision_.data(), rule_, active_, o_.rounding == optim::update_rounding::stochastic, o_.seed);
     launched("update");
   }
 
@@ -369,7 +397,7 @@ class MixedPrecisionOptimizer {
 
  private:
   using seg = optim_detail::segment<param_type, grad_type, master_type, state_count>;
-  using dec = optim_detail::decision<typename Rule::context, master_type>;
+  using dec = optim_detail::decision<typename Rule::context, compute_type>;
 
   static optim::scaling_rule default_rule() {
     if constexpr (P::needs_loss_scaling) return optim::DynamicLossScaler{}.rule();
@@ -393,6 +421,9 @@ class MixedPrecisionOptimizer {
       throw invalid_argument(who + ": accumulation_steps = " + std::to_string(o_.accumulation_steps) + "; expected >= 1");
     }
     if (!(o_.max_norm >= 0)) throw invalid_argument(who + ": max_norm = " + std::to_string(o_.max_norm) + "; expected >= 0 (0: no clipping)");
+    if (o_.rounding == optim::update_rounding::kahan) {
+      throw invalid_argument(who + ": update_rounding::kahan is not on the device; expected nearest or stochastic");
+    }
     if (params_.empty()) throw invalid_argument(who + ": no parameters");
     const auto dense = [](const auto& v) { return v.strides() == contiguous_strides(v.shape()); };
     index_t total = 0;
@@ -416,6 +447,7 @@ class MixedPrecisionOptimizer {
       s.grad = p.grad.data();
       s.n = p.value.size();
       s.first_tile = static_cast<index_t>(tile_seg.size());
+      s.number = static_cast<std::uint32_t>(i);
       if constexpr (has_masters) {
         masters_.emplace_back(static_cast<std::size_t>(s.n));
         s.master = masters_.back().data();
@@ -442,7 +474,7 @@ class MixedPrecisionOptimizer {
           who + ": copying the tile table");
     check(cudaMemcpyAsync(decision_.data(), &d, sizeof(dec), cudaMemcpyHostToDevice, o_.stream), who + ": copying the scaler's state");
     if constexpr (has_masters) {
-      optim_detail::masters_kernel<seg, master_type>
+      optim_detail::masters_kernel<seg, compute_type>
           <<<static_cast<unsigned>(n_tiles_), optim_detail::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data());
       launched("masters");
     }
