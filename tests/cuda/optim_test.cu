@@ -72,6 +72,10 @@ int run_host() {
   check(throws_naming<precis::invalid_argument>([&] { Opt({{"w", value, grad}}, {}, Opt::options{.max_norm = -1}); },
                                                 "max_norm = -1"),
         "a negative max_norm");
+  check(throws_naming<precis::invalid_argument>(
+            [&] { Opt({{"w", value, grad}}, {}, Opt::options{.rounding = precis::optim::update_rounding::kahan}); },
+            "update_rounding::kahan is not on the device"),
+        "Kahan-compensated updates are named as the host's only");
   if (precis::cuda::device_count() == 0) {
     check(throws_naming<precis::cuda::cuda_error>([&] { Opt({{"w", value, grad}}, {}); }, "cudaMalloc"),
           "without a device, the first allocation is a cuda_error");
