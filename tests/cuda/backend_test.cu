@@ -27,6 +27,9 @@
 //   loss and gradients within
 //   2 (24 u_storage + 2 gamma_60(u_acc) + 16 u_acc) of the host tape's (roundings into
 //   storage, another summation order, and exp and log within 2 ulps on each side);
+// - sum, mean, norm and logsumexp of all of a [2048, 1024] tensor and along the long axis of a
+//   [65536, 3] one (the device splits such fibers into ranges): within 2 (gamma_89 + 4 u) of
+//   the host's, relative to the terms' magnitudes (logsumexp: absolute), plus the roundings;
 // - conv2d (with bias; grouped and strided; dilated), max pooling (2 x 2 and padded 3 x 3),
 //   average pooling, batch_norm in training (running estimates in device memory) and in
 //   evaluation, and bmm on Tape<cuda::on_device<P>> (32-true, bf16-mixed, 16-mixed, 64-true):
@@ -455,6 +458,52 @@ void reductions_on_device(const char* name) {
   }
 }
 
+/// Reductions of a few long fibers, which the device splits into ranges (a block each) and
+/// combines: sum, mean, norm and logsumexp of all of x [2048, 1024] and of x [65536, 3] along
+/// axis 0, on the device's tape against the host's. Each side is within gamma_k of the exact
+/// value relative to the sum of the terms' magnitudes (k = 89 on the device: ceil(16384 / 256)
+/// + 12 + ceil(128 / 256) + 12; the host's pairwise sums fewer), its exp and log within 2 ulps,
+/// and the result rounded once: |device - host| <= 2 (gamma_89 + 4 u) m + 2 u |host|, m the sum
+/// of magnitudes (the sum, the mean), |host| (the norm), or 1 (logsumexp, whose error is
+/// absolute).
+template <class P>
+void long_reductions(const char* name) {
+  using X = typename P::activation_type;
+  using D = pc::on_device<P>;
+  const double u = precis::format_traits<typename P::high_type>::unit_roundoff(), g = 89 * u / (1 - 89 * u);
+  for (const Shape& shape : {Shape{2048, 1024}, Shape{65536, 3}}) {
+    const bool whole = shape[1] == 1024;
+    precis::Tensor<X> x(shape);
+    precis::fill_uniform(x, -1.0, 1.0, 91);
+    double mag = 0;
+    for (index_t i = 0; i < (whole ? x.size() : shape[0]); ++i) mag += std::fabs(static_cast<double>(x.data()[whole ? i : i * 3]));
+    const auto values = [&](auto& tape) {
+      auto xv = tape.input(x);
+      std::vector<double> out;
+      const auto first = [&](auto v) { return static_cast<double>(precis::to_host(v).data()[0]); };
+      if (whole) {
+        out = {precis::sum(xv).item(), precis::mean(xv).item(), precis::norm(xv).item(),
+               first(precis::logsumexp(precis::reshape(xv, Shape{x.size()}), 0))};
+      } else {
+        out = {first(precis::sum(xv, 0)), first(precis::mean(xv, 0)), first(precis::norm(xv, 0)), first(precis::logsumexp(xv, 0))};
+      }
+      return out;
+    };
+    precis::Tape<P> ht;
+    precis::Tape<D> dt;
+    const auto h = values(ht), d = values(dt);
+    const double n = static_cast<double>(shape[0] * (whole ? shape[1] : 1));
+    const double bounds[4] = {2 * (g + 4 * u) * mag + 2 * u * std::fabs(h[0]), 2 * (g + 4 * u) * mag / n + 2 * u * std::fabs(h[1]),
+                              2 * (g + 4 * u) * std::fabs(h[2]) + 2 * u * std::fabs(h[2]), 2 * (g + 4 * u) + 2 * u * std::fabs(h[3])};
+    const char* what[4] = {"sum", "mean", "norm", "logsumexp"};
+    for (int k = 0; k < 4; ++k) {
+      check(std::fabs(d[k] - h[k]) <= bounds[k], std::string(name) + " long reduction " + what[k] + " of " + shape.str() + ": device " +
+                                                     std::to_string(d[k]) + ", host " + std::to_string(h[k]) + " (bound " +
+                                                     std::to_string(bounds[k]) + ")");
+    }
+  }
+}
+
 /// x [3, 2, 9, 9] -> conv2d 3x3 pad 1 with bias -> batch_norm in training (running estimates
 /// in the backend's memory) -> relu -> a 2 x 2 max pool, a padded 3 x 3 stride-2 max pool and avg
 /// pool -> a grouped strided conv of the last two's sum, a dilated conv of the first, bmm with
@@ -742,6 +791,9 @@ int run_device() {
   reductions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   reductions_on_device<precis::policy::named<"64-true">>("64-true");
   std::printf("sum, mean, norm, logsumexp, softmax, log_softmax, layer_norm, attention, max, min, nll, dropout, embedding and mse on the device: within their bound of the host's\n");
+  long_reductions<precis::policy::named<"32-true">>("32-true");
+  long_reductions<precis::policy::named<"64-true">>("64-true");
+  std::printf("sum, mean, norm and logsumexp of a few long fibers (split into ranges on the device): within their bound of the host's\n");
   convolutions_on_device<precis::policy::named<"32-true">>("32-true");
   convolutions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   convolutions_on_device<precis::policy::named<"16-mixed">>("16-mixed");

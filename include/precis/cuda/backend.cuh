@@ -282,11 +282,14 @@ class cuda : public fresh_tracking<cuda> {
   }
 
   /// y = reduction R along `axis` or of all of x (precis::cuda::reduce_fibers: a block per
-  /// fiber, another order than op::cpu's pairwise sums); a strided x is made dense first.
+  /// fiber, or per range of a few long ones; another order than op::cpu's pairwise sums); a
+  /// strided x is made dense first.
   template <class Acc, reduction R, class X, class O>
   void reduce(const char* op, const TensorView<const X>& x, bool whole, int axis, const TensorView<O>& y) const {
     const auto xd = as<X>(x, false);
-    precis::cuda::reduce_fibers<Acc, R>(stream_, op, precis::cuda::device_view(xd), whole, axis, precis::cuda::device_view(y));
+    const index_t scratch = precis::cuda::reduce_scratch_elements(op, precis::cuda::device_view(xd), whole, axis);
+    precis::cuda::reduce_fibers<Acc, R>(stream_, op, precis::cuda::device_view(xd), whole, axis, precis::cuda::device_view(y),
+                                        scratch > 0 ? temp_->template allocate_array<Acc>(static_cast<std::size_t>(scratch)) : nullptr);
   }
   /// y = softmax or log_softmax of x along `axis` (precis::cuda::softmax_fibers).
   template <class Acc, bool Log, class X, class O>

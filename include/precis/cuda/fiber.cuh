@@ -15,8 +15,13 @@
 // order, the 32 lanes of each warp combine by a butterfly, then the warps' results are combined
 // in warp order. The order depends only on the shapes, so a result has the same bits on every
 // run; a sum of m terms goes through at most ceil(m / threads) + 5 + 7 additions (gamma of that
-// times the sum of magnitudes; Higham 2002, 4.2), where the host sums pairwise. Inputs are
-// dense (the context makes a strided one dense first); outputs are dense.
+// times the sum of magnitudes; Higham 2002, 4.2), where the host sums pairwise. A reduction of a
+// few long fibers (fewer than 128 of at least 2^16 elements: a whole tensor's sum, a loss over
+// everything) splits each into ranges of about 16384 elements, a block per range, and combines
+// the ranges' results by a block per fiber (fiber_detail::split; the norm and logsumexp take two
+// such passes, the largest magnitude or value first), so it is spread over the GPU rather than
+// one block's work. Inputs are dense (the context makes a strided one dense first); outputs are
+// dense.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -315,6 +320,93 @@ __global__ void scatter_add_rows_kernel(const G* gy, const std::int64_t* indices
   }
 }
 
+/// Few long fibers (a whole tensor's sum, a loss over everything) split into `parts` consecutive
+/// ranges of `chunk` elements, a block per (fiber, range), and the ranges' results combined by
+/// a block per fiber: the same order for the same shapes, ceil(chunk / threads) + 12 +
+/// ceil(parts / threads) + 12 additions per sum.
+struct split {
+  index_t parts = 1, chunk = 0;
+};
+inline split split_of(const layout& l) {
+  if (l.len < (index_t{1} << 16) || l.fibers >= 128) return {};  // a block per fiber is enough
+  const index_t parts = std::min<index_t>((l.len + 16383) / 16384, std::max<index_t>(2, 1024 / std::max<index_t>(l.fibers, 1)));
+  return {parts, (l.len + parts - 1) / parts};
+}
+
+/// What a range's block computes: the sum, the largest magnitude, the largest value, the sum of
+/// squares scaled by the fiber's arg, the sum of exp(x - the fiber's arg).
+enum class partial { sum, max_abs, max, scaled_squares, exp_sum };
+
+template <class Acc, partial Q, class X>
+__global__ void partial_kernel(const X* x, layout l, split sp, const Acc* arg, Acc* out) {
+  __shared__ Acc shared[32];
+  constexpr bool maximum = Q == partial::max_abs || Q == partial::max;
+  for (index_t b = blockIdx.x; b < l.fibers * sp.parts; b += gridDim.x) {
+    const index_t f = b / sp.parts, k0 = (b % sp.parts) * sp.chunk, k1 = k0 + sp.chunk < l.len ? k0 + sp.chunk : l.len;
+    const X* p = x + start(l, f);
+    const Acc a0 = arg != nullptr ? arg[f] : Acc(0);
+    Acc a = Q == partial::max ? -static_cast<Acc>(INFINITY) : Acc(0);
+    for (index_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+      const Acc v = ew_detail::load<Acc>(p + k * l.inner);
+      if constexpr (Q == partial::sum) {
+        a += v;
+      } else if constexpr (Q == partial::max_abs) {
+        a = max_op{}(a, Acc(::fabs(v)));
+      } else if constexpr (Q == partial::max) {
+        a = max_op{}(a, v);
+      } else if constexpr (Q == partial::scaled_squares) {
+        const Acc sv = Acc(v * a0);
+        a += sv * sv;
+      } else {
+        a += ::exp(Acc(v - a0));
+      }
+    }
+    if constexpr (maximum) a = block_reduce(a, max_op{}, shared);
+    else a = block_reduce(a, add_op{}, shared);
+    if (threadIdx.x == 0) out[b] = a;
+  }
+}
+
+/// What the block per fiber does with its ranges' results: reduction R's value into y (the sum,
+/// the mean, the norm from the scaled squares and aux's scale, logsumexp from the exp sums and
+/// aux's maximum), or a first pass's result into aux (norm: the largest magnitude at aux[f] and
+/// the power of two that scales it near 1 at aux[fibers + f]; logsumexp: the maximum at aux[f]).
+enum class combine { sum, mean, norm_scale, norm, lse_max, lse };
+
+template <class Acc, combine C, class O>
+__global__ void combine_kernel(const Acc* part, layout l, split sp, Acc* aux, O* y) {
+  __shared__ Acc shared[32];
+  constexpr bool maximum = C == combine::norm_scale || C == combine::lse_max;
+  for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
+    Acc a = C == combine::lse_max ? -static_cast<Acc>(INFINITY) : Acc(0);
+    for (index_t k = threadIdx.x; k < sp.parts; k += blockDim.x) a = maximum ? max_op{}(a, part[f * sp.parts + k]) : Acc(a + part[f * sp.parts + k]);
+    if constexpr (maximum) a = block_reduce(a, max_op{}, shared);
+    else a = block_reduce(a, add_op{}, shared);
+    if (threadIdx.x != 0) continue;
+    if constexpr (C == combine::sum) {
+      ew_detail::store(y + f, a);
+    } else if constexpr (C == combine::mean) {
+      ew_detail::store(y + f, Acc(a / static_cast<Acc>(l.len)));
+    } else if constexpr (C == combine::norm_scale) {
+      int e = 0;
+      (void)::frexp(static_cast<double>(a), &e);
+      constexpr int lo = std::is_same_v<Acc, float> ? -126 : -1022, hi = std::is_same_v<Acc, float> ? 127 : 1023;
+      aux[f] = a;
+      aux[l.fibers + f] = static_cast<Acc>(::ldexp(1.0, ::min(::max(-e, lo), hi)));
+    } else if constexpr (C == combine::norm) {
+      const Acc amax = aux[f], scale = aux[l.fibers + f];
+      const bool special = amax == Acc(0) || amax != amax || amax == static_cast<Acc>(INFINITY);
+      ew_detail::store(y + f, special ? amax : Acc(::sqrt(a) / scale));
+    } else if constexpr (C == combine::lse_max) {
+      aux[f] = a;
+    } else {
+      const Acc m = aux[f];
+      const bool finite = m == m && m != static_cast<Acc>(INFINITY) && m != -static_cast<Acc>(INFINITY);
+      ew_detail::store(y + f, finite ? Acc(m + ::log(a)) : m);
+    }
+  }
+}
+
 template <class S>
 bool dense(const DeviceView<S>& v) {
   return v.strides() == contiguous_strides(v.shape());
@@ -351,10 +443,21 @@ inline std::pair<unsigned, unsigned> grid(const layout& l) {
 
 }  // namespace fiber_detail
 
+/// The Acc elements of scratch reduce_fibers needs for x's fibers along `axis` (or all of x):
+/// 0 where a block per fiber does the work; long fibers split otherwise (fiber_detail::split).
+template <class X>
+index_t reduce_scratch_elements(const char* op, const DeviceView<X>& x, bool whole, int axis) {
+  const auto l = fiber_detail::fibers_of(op, x, whole, axis);
+  const auto sp = fiber_detail::split_of(l);
+  return sp.parts > 1 ? l.fibers * (sp.parts + 2) : 0;
+}
+
 /// y = reduction R of x's fibers along `axis` (y dense, x's shape without it), or of all of x
 /// into one element (`whole`), in Acc, rounded once into y's format; on `stream`. x dense.
+/// `scratch`: reduce_scratch_elements(...) elements of device memory (may be null when that is 0).
 template <class Acc, op::reduction R, class X, class O>
-void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, bool whole, int axis, const DeviceView<O>& y) {
+void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, bool whole, int axis, const DeviceView<O>& y,
+                   Acc* scratch = nullptr) {
   static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::reduce_fibers: Acc is float or double");
   const auto l = fiber_detail::fibers_of(op, x, whole, axis);
   if (l.len == 0 || y.size() != l.fibers || !fiber_detail::dense(y)) {
@@ -362,6 +465,46 @@ void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, 
                       "; expected a non-empty fiber and a dense output of one element per fiber");
   }
   if (l.fibers == 0) return;
+  const auto sp = fiber_detail::split_of(l);
+  if (sp.parts > 1) {
+    if (scratch == nullptr) {
+      throw invalid_argument(std::string(op) + ": a device reduction of " + std::to_string(l.fibers) + " fibers of " + std::to_string(l.len) +
+                             " elements needs reduce_scratch_elements() of scratch; none was given");
+    }
+    namespace fd = fiber_detail;
+    using fd::combine;
+    using fd::partial;
+    Acc* part = scratch;
+    Acc* aux = scratch + l.fibers * sp.parts;
+    const auto pblocks = static_cast<unsigned>(std::min<index_t>(l.fibers * sp.parts, 65535));
+    const auto cblocks = static_cast<unsigned>(std::min<index_t>(l.fibers, 65535));
+    const auto cthreads = static_cast<unsigned>(std::min<index_t>(256, std::max<index_t>(32, (sp.parts + 31) / 32 * 32)));
+    const auto first = [&](auto q, auto c, const Acc* arg) {
+      fd::partial_kernel<Acc, decltype(q)::value><<<pblocks, 256, 0, stream>>>(x.data(), l, sp, arg, part);
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's partial kernel");
+      fd::combine_kernel<Acc, decltype(c)::value><<<cblocks, cthreads, 0, stream>>>(part, l, sp, aux, y.data());
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's combining kernel");
+    };
+    using P = std::integral_constant<partial, partial::sum>;
+    if constexpr (R == op::reduction::sum) {
+      first(P{}, std::integral_constant<combine, combine::sum>{}, nullptr);
+    } else if constexpr (R == op::reduction::mean) {
+      first(P{}, std::integral_constant<combine, combine::mean>{}, nullptr);
+    } else if constexpr (R == op::reduction::norm) {
+      first(std::integral_constant<partial, partial::max_abs>{}, std::integral_constant<combine, combine::norm_scale>{}, nullptr);
+      fd::partial_kernel<Acc, partial::scaled_squares><<<pblocks, 256, 0, stream>>>(x.data(), l, sp, aux + l.fibers, part);
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's partial kernel");
+      fd::combine_kernel<Acc, combine::norm><<<cblocks, cthreads, 0, stream>>>(part, l, sp, aux, y.data());
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's combining kernel");
+    } else {
+      first(std::integral_constant<partial, partial::max>{}, std::integral_constant<combine, combine::lse_max>{}, nullptr);
+      fd::partial_kernel<Acc, partial::exp_sum><<<pblocks, 256, 0, stream>>>(x.data(), l, sp, aux, part);
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's partial kernel");
+      fd::combine_kernel<Acc, combine::lse><<<cblocks, cthreads, 0, stream>>>(part, l, sp, aux, y.data());
+      check(cudaGetLastError(), std::string(op) + ": launch of the split reduction's combining kernel");
+    }
+    return;
+  }
   const auto [blocks, threads] = fiber_detail::grid(l);
   fiber_detail::reduce_kernel<Acc, R><<<blocks, threads, 0, stream>>>(x.data(), l, y.data());
   check(cudaGetLastError(), std::string(op) + ": launch of the reduction kernel");
