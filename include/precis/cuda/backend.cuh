@@ -369,6 +369,12 @@ class cuda : public fresh_tracking<cuda> {
     precis::cuda::attention_score_gradients(stream_, precis::cuda::device_view(ds), precis::cuda::device_view(p), scale);
   }
 
+  /// Images per conv2d column batch: at most 2^24 column elements (32 MiB of bf16), so that the
+  /// demo's convolutions are one GEMM per group for a whole batch of 128 (the host's 2^19 is
+  /// sized for a CPU's caches).
+  static index_t conv_images_per_batch(index_t n, index_t k, index_t plane) {
+    return conv_detail::images_per_batch(n, k, plane, index_t{1} << 24);
+  }
   /// conv2d's columns and their transpose (precis::cuda::im2col / col2im: col2im a thread per
   /// input element adding its taps in the host's order, so the same bits).
   template <class L, class S>

@@ -98,7 +98,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const double alpha = 1.0 / (double(sv.sc.s0) * sv.sc.s1);
     const auto g = geometry_of(a, x.shape(), w.shape());
     const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
-    const index_t nb = conv_detail::images_per_batch(g.n, k, p);
+    const index_t nb = ctx.conv_images_per_batch(g.n, k, p);
     // when the batch fits one buffer and a backward will run, the columns are kept for it
     const bool keep_cols = ctx.saving() && nb == g.n;
     L* kept = keep_cols ? ctx.template keep_array<L>(groups * k * nb * p) : nullptr;
@@ -133,7 +133,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto g = geometry_of(a, sv.x.shape(), sv.w.shape());
     const index_t oc_all = sv.w.shape()[0], groups = a.groups, cg = g.c / groups, og = oc_all / groups,
                   k = cg * g.kh * g.kw, p = g.plane();
-    const index_t nb = conv_detail::images_per_batch(g.n, k, p);
+    const index_t nb = ctx.conv_images_per_batch(g.n, k, p);
     const auto gw_acc = want_w ? ctx.template zeros<Acc>(sv.w.shape()) : TensorView<Acc>();
     const auto gb_acc = want_b ? ctx.template zeros<Acc>(Shape{oc_all}) : TensorView<Acc>();
     // x's gradient is summed in Acc: straight into a fresh gradient of that type (zeroed here),

@@ -741,6 +741,9 @@ class cpu : public fresh_tracking<cpu> {
 
   // ---- convolution, pooling and batch normalization (kernels in cpu_kernels.hpp) -------------
 
+  /// Images per conv2d column batch (conv_detail::images_per_batch: at most 2^19 column
+  /// elements, sized for the caches).
+  static index_t conv_images_per_batch(index_t n, index_t k, index_t plane) { return conv_detail::images_per_batch(n, k, plane); }
   /// col [cs kh kw, count Ho Wo] = the receptive fields of images first..first+count of x
   /// [N, C, H, W] (contiguous; channels c0..c0+cs), zero where they cover padding.
   template <class L, class S>

@@ -285,11 +285,13 @@ inline bool weight_grad_direct_available() {
 /// as long: docs/benchmarks.md). The weight gradient sums over the batches in order (its GEMMs
 /// accumulate into it), so the batch size is part of its summation order: it depends on the
 /// shapes only, never on the machine or the thread count.
+/// A backend's context may choose another budget (op::cuda's is larger: a GPU's GEMMs want many
+/// columns, and its caches are not what the batch is sized for).
 inline constexpr index_t column_batch_elements = index_t{1} << 19;
 
-inline index_t images_per_batch(index_t n, index_t k, index_t plane) {
+inline index_t images_per_batch(index_t n, index_t k, index_t plane, index_t budget = column_batch_elements) {
   const index_t per = std::max<index_t>(1, k * plane);
-  return std::max<index_t>(1, std::min<index_t>(n, column_batch_elements / per));
+  return std::max<index_t>(1, std::min<index_t>(n, budget / per));
 }
 
 
