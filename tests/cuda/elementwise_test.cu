@@ -1,7 +1,9 @@
 // Element-wise maps and sums over broadcast axes on the device (include/precis/cuda/
-// elementwise.cuh, reduce.cuh). Without --device
-// (label `cuda`, runs in CI without a GPU): shapes that do not broadcast, outputs with a
-// broadcast axis and partial overlaps are named before any launch. With --device (label `gpu`;
+// elementwise.cuh, reduce.cuh) and the emulated 16-bit accumulators (accumulator.cuh). Without
+// --device (label `cuda`, runs in CI without a GPU): narrow<half> and narrow<bfloat16> on the
+// host (correctly rounded + - * /, one rounding from double, the host types' functions and
+// running sums); shapes that do not broadcast, outputs with a broadcast axis and partial
+// overlaps are named before any launch. With --device (label `gpu`;
 // exit 77, skipped, without a device):
 // - broadcasting, strides (a transposed input, a scalar, a row), in-place outputs and every
 //   output format, with correctly rounded functors: the host's precis::map_into bits;
@@ -17,7 +19,9 @@
 // - cross-entropy's loss and gradient against double-precision ones, within bounds counted
 //   from the roundings of the sums, exp and log; a label out of range is named on the host and
 //   gives NaN, not a stray read, on the device.
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -58,7 +62,102 @@ bool throws_naming(const std::function<void()>& f, const std::string& part) {
   return false;
 }
 
+/// The emulated 16-bit accumulators (precis::cuda::narrow<F>, accumulator.cuh) on the host, the
+/// same class the kernels use: + - * / of two F values are F's correctly rounded operations (the
+/// reference: the exact or, for /, double result rounded once by precis::round_to; double holds
+/// 2t + 2 bits) and the host's precis::half / precis::bfloat16 arithmetic's bits; a value from a
+/// double rounds once (not through fp32); exp, log and sqrt are the host types' functions; a
+/// running sum is the host's running sum in F.
+template <class F>
+void narrow_accumulator(const char* name) {
+  using N = pc::narrow<F>;
+  using bits = std::uint16_t;
+  const auto of_bits = [](bits b) { return std::bit_cast<F>(b); };
+  const auto bits_of = [](F v) { return std::bit_cast<bits>(v); };
+  const auto n_bits = [&](N v) { return bits_of(F(v.value())); };
+  // got holds exactly want (a value of F, not an fp32 value that would round to it)
+  const auto same = [&](N got, F want) {
+    const bool nan = std::isnan(got.value()) && std::isnan(static_cast<float>(want));
+    return nan || (n_bits(got) == bits_of(want) && got.value() == static_cast<float>(want));
+  };
+  std::vector<F> finite;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const F v = of_bits(static_cast<bits>(b));
+    if (std::isfinite(static_cast<float>(v))) finite.push_back(v);
+  }
+  // every finite value against 64 others drawn at random, and 2^20 random pairs
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::size_t> pick(0, finite.size() - 1);
+  long bad_ref = 0, bad_host = 0, pairs = 0;
+  const auto pair = [&](F x, F y) {
+    const N a(static_cast<float>(x)), b(static_cast<float>(y));
+    const double dx = static_cast<float>(x), dy = static_cast<float>(y);
+    const N got[4] = {a + b, a - b, a * b, a / b};
+    const F ref[4] = {precis::round_to<F>(dx + dy), precis::round_to<F>(dx - dy), precis::round_to<F>(dx * dy),
+                      precis::round_to<F>(dx / dy)};
+    const F host[4] = {F(x + y), F(x - y), F(x * y), F(x / y)};
+    for (int k = 0; k < 4; ++k) {
+      bad_ref += !same(got[k], ref[k]);
+      bad_host += !same(got[k], host[k]);
+    }
+    ++pairs;
+  };
+  for (const F x : finite) {
+    for (int r = 0; r < 64; ++r) pair(x, finite[pick(rng)]);
+  }
+  for (int r = 0; r < (1 << 20); ++r) pair(finite[pick(rng)], finite[pick(rng)]);
+  check(bad_ref == 0, std::string(name) + ": + - * / correctly rounded over " + std::to_string(pairs) + " pairs (" +
+                          std::to_string(bad_ref) + " differ)");
+  check(bad_host == 0, std::string(name) + ": + - * / the host type's bits (" + std::to_string(bad_host) + " differ)");
+  // a double just above a midpoint of F that fp32 rounds onto the midpoint: once from the
+  // double it rounds up, through fp32 it would tie to even (down)
+  int bad_double = 0;
+  for (const F x : finite) {
+    const float fx = static_cast<float>(x);
+    if (!(fx > 0) || !std::isfinite(fx)) continue;
+    const F up = of_bits(static_cast<bits>(bits_of(x) + 1));
+    if (!std::isfinite(static_cast<float>(up)) || (bits_of(x) & 1) != 0) continue;  // x even: a tie goes down to it
+    const double mid = (static_cast<double>(fx) + static_cast<double>(static_cast<float>(up))) / 2;
+    const double above = mid + std::ldexp(mid, -40);
+    bad_double += !same(N(above), up) || !same(N(static_cast<float>(mid)), x);
+  }
+  check(bad_double == 0, std::string(name) + ": from a double rounds once, from fp32 ties to even (" + std::to_string(bad_double) + " differ)");
+  // library functions and the value round trip, over every value
+  int bad_fn = 0;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const F x = of_bits(static_cast<bits>(b));
+    const N v(static_cast<float>(x));
+    using std::exp;
+    using std::log;
+    using std::sqrt;
+    bad_fn += !same(v, x);
+    bad_fn += !same(exp(v), F(exp(x)));
+    bad_fn += !same(log(v), F(log(x)));
+    bad_fn += !same(sqrt(v), F(sqrt(x)));
+    bad_fn += !same(-v, F(-x));
+  }
+  check(bad_fn == 0, std::string(name) + ": every value round-trips; exp, log, sqrt and negation are the host type's (" +
+                         std::to_string(bad_fn) + " differ)");
+  // a running sum of 4096 terms: the host's running sum in F, term by term
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  N s = 0;
+  F h = F(0.0f);
+  int bad_sum = 0;
+  for (int k = 0; k < 4096; ++k) {
+    const F t = F(nd(rng));
+    s += N(static_cast<float>(t));
+    h = F(h + t);
+    bad_sum += !same(s, h);
+  }
+  check(bad_sum == 0, std::string(name) + ": a running sum is the host's running sum in the format, at every term");
+}
+
 int run_host() {
+  static_assert(std::is_same_v<pc::acc_t<float>, float> && std::is_same_v<pc::acc_t<double>, double> &&
+                std::is_same_v<pc::acc_t<precis::half>, pc::narrow<precis::half>> &&
+                std::is_same_v<pc::acc_t<precis::bfloat16>, pc::narrow<precis::bfloat16>>);
+  narrow_accumulator<precis::half>("narrow<half>");
+  narrow_accumulator<precis::bfloat16>("narrow<bfloat16>");
   static float a[64], b[64];
   const pc::DeviceView<float> y(a, Shape{4, 16});
   check(throws_naming<precis::shape_error>(
@@ -85,7 +184,7 @@ int run_host() {
             [&] { pc::sum_into<float>(nullptr, "precis::sum", pc::DeviceView<float>(a, Shape{5}), pc::DeviceView<float>(a, Shape{4, 5})); },
             "overlaps its input"),
         "a sum over its own input is an aliasing_error");
-  std::printf("%s\n", failures == 0 ? "host checks: bad shapes and overlaps are named before any launch" : "failed");
+  std::printf("%s\n", failures == 0 ? "host checks: fp16 and bf16 accumulators; bad shapes and overlaps are named before any launch" : "failed");
   return failures == 0 ? 0 : 1;
 }
 

@@ -210,10 +210,11 @@ class cuda : public fresh_tracking<cuda> {
                           precis::cuda::device_view(c), precis::cuda::epilogue<float>{}, opt);
   }
 
-  /// y = f(x...) element-wise on the device (precis::cuda::map_into).
+  /// y = f(x...) element-wise on the device (precis::cuda::map_into), in A's device arithmetic
+  /// (precis::cuda::acc_t: fp16 and bf16 as narrow, every operation rounded into the format).
   template <class A, class Y, class F, class... X>
   void map_into(const char* op, const Y& y, F f, const X&... x) const {
-    precis::cuda::map_into<A>(stream_, op, precis::cuda::device_view(y), f, precis::cuda::device_view(x)...);
+    precis::cuda::map_into<precis::cuda::acc_t<A>>(stream_, op, precis::cuda::device_view(y), f, precis::cuda::device_view(x)...);
   }
 
   /// to = the sum of `from` over to's broadcast axes (precis::cuda::sum_into, in T).
@@ -238,20 +239,22 @@ class cuda : public fresh_tracking<cuda> {
   /// to += from (broadcast), in A; a fresh gradient is assigned (see fresh_tracking).
   template <class A, class D, class S, class C>
   void add_into(const char* op, const TensorView<D>& to, const TensorView<S, C>& from) const {
+    using DA = precis::cuda::acc_t<A>;
     if (take_fresh(to)) {
       map_into<A>(op, to, precis::detail::identity{}, from);
       return;
     }
-    map_into<A>(op, to, add_fn<A>{}, to.as_const(), from);
+    map_into<A>(op, to, add_fn<DA>{}, to.as_const(), from);
   }
 
   /// gx += f(args...) in A; a fresh gradient is assigned f(args...).
   template <class A, class G, class F, class... V>
   void accumulate(const char* op, const TensorView<G>& gx, F f, const V&... args) const {
+    using DA = precis::cuda::acc_t<A>;
     if (take_fresh(gx)) {
-      map_into<A>(op, gx, assign_fn<A, F>{f}, args...);
+      map_into<A>(op, gx, assign_fn<DA, F>{f}, args...);
     } else {
-      map_into<A>(op, gx, accumulate_fn<A, F>{f}, TensorView<const G>(gx), args...);
+      map_into<A>(op, gx, accumulate_fn<DA, F>{f}, TensorView<const G>(gx), args...);
     }
   }
 
@@ -340,7 +343,7 @@ class cuda : public fresh_tracking<cuda> {
   /// out[i] = f(i, out[i], in[i]) in row-major order i (precis::cuda::map_indexed).
   template <class A, class O, class F, class I>
   void map_indexed(const TensorView<O>& out, F f, const TensorView<const I>& in) const {
-    precis::cuda::map_indexed<A>(stream_, "precis::dropout", precis::cuda::device_view(out), f, precis::cuda::device_view(in));
+    precis::cuda::map_indexed<precis::cuda::acc_t<A>>(stream_, "precis::dropout", precis::cuda::device_view(out), f, precis::cuda::device_view(in));
   }
   /// acc[indices[i], :] += gy[i, :] in index order (precis::cuda::scatter_add_rows: a thread per
   /// column, so repeated indices add in the host's order, without atomics).

@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/elementwise.cuh"
 #include "precis/cuda/fiber.cuh"
 #include "precis/ops/cpu.hpp"
@@ -44,21 +45,9 @@ inline windows windows_of(const op::conv_detail::geometry& g) {
   return {g.n, g.c, g.h, g.w, g.kh, g.kw, g.ho, g.wo, g.stride[0], g.stride[1], g.pad[0], g.pad[1], g.dil[0], g.dil[1]};
 }
 
-template <class T>
-__device__ T mul_rn(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
-}
-template <class T>
-__device__ T add_rn(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) return __fadd_rn(a, b);
-  else return __dadd_rn(a, b);
-}
-template <class T>
-__device__ T sub_rn(T a, T b) {
-  if constexpr (std::is_same_v<T, float>) return __fsub_rn(a, b);
-  else return __dsub_rn(a, b);
-}
+using acc_math::add_rn;
+using acc_math::mul_rn;
+using acc_math::sub_rn;
 
 /// The arithmetic type a copy from S to L goes through (exact for S's values).
 template <class S, class L>
@@ -94,16 +83,16 @@ __global__ void col2im_kernel(windows g, const Acc* dcol, index_t c0, index_t cs
   for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const index_t b = e / (cs * hw), c = (e / hw) % cs, ih = (e % hw) / g.w, iw = e % g.w;
     Acc* d = dx + ((first + b) * g.c + c0 + c) * hw + ih * g.w + iw;
-    Acc v = *d;
+    acc_t<Acc> v = ew_detail::load<acc_t<Acc>>(d);
     for (index_t i = 0; i < g.kh; ++i) {
       const index_t oh = op::conv_detail::tap_source(ih, i, g.sh, g.ph, g.dh, g.ho);
       if (oh < 0) continue;
       for (index_t j = 0; j < g.kw; ++j) {
         const index_t ow = op::conv_detail::tap_source(iw, j, g.sw, g.pw, g.dw, g.wo);
-        if (ow >= 0) v = add_rn(v, dcol[((c * g.kh + i) * g.kw + j) * cols + b * p + oh * g.wo + ow]);
+        if (ow >= 0) v = add_rn(v, ew_detail::load<acc_t<Acc>>(dcol + ((c * g.kh + i) * g.kw + j) * cols + b * p + oh * g.wo + ow));
       }
     }
-    *d = v;
+    ew_detail::store(d, v);
   }
 }
 
@@ -116,8 +105,9 @@ __global__ void conv_output_kernel(const Acc* acc, const B* bias, index_t bias_s
   const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t e = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const index_t o = e / cols, b = (e % cols) / p, q = e % p;
-    const Acc bv = bias ? ew_detail::load<Acc>(bias + (oc0 + o) * bias_stride) : Acc(0);
-    const Acc v = (bias || std::is_same_v<O, Acc>) ? add_rn(acc[e], bv) : acc[e];
+    using V = acc_t<Acc>;
+    const V bv = bias ? ew_detail::load<V>(bias + (oc0 + o) * bias_stride) : V(0);
+    const V v = (bias || std::is_same_v<O, Acc>) ? add_rn(ew_detail::load<V>(acc + e), bv) : ew_detail::load<V>(acc + e);
     ew_detail::store(y + ((n0 + b) * oc_all + oc0 + o) * p + q, v);
   }
 }
@@ -136,14 +126,15 @@ __global__ void conv_gather_kernel(const GQ* gq, index_t oc0, index_t og, index_
 /// gb[o] += the sum of gy's channel oc0 + o over images n0.. (a block per channel).
 template <class Acc, class G>
 __global__ void conv_bias_grad_kernel(const G* gy, index_t oc0, index_t og, index_t oc_all, index_t n0, index_t count, index_t p, Acc* gb) {
-  __shared__ Acc shared[32];
+  using V = acc_t<Acc>;
+  __shared__ V shared[32];
   for (index_t o = blockIdx.x; o < og; o += gridDim.x) {
-    Acc s = 0;
+    V s = 0;
     for (index_t k = threadIdx.x; k < count * p; k += blockDim.x) {
-      s += ew_detail::load<Acc>(gy + ((n0 + k / p) * oc_all + oc0 + o) * p + k % p);
+      s += ew_detail::load<V>(gy + ((n0 + k / p) * oc_all + oc0 + o) * p + k % p);
     }
     s = fiber_detail::block_reduce(s, fiber_detail::add_op{}, shared);
-    if (threadIdx.x == 0) gb[o] = add_rn(gb[o], s);
+    if (threadIdx.x == 0) ew_detail::store(gb + o, add_rn(ew_detail::load<V>(gb + o), s));
   }
 }
 
@@ -235,21 +226,22 @@ template <class Acc, class X, class Gm, class Bt, class O>
 __global__ void batch_norm_forward_kernel(const X* x, index_t n, index_t c, index_t s, const Gm* gamma, index_t gs, const Bt* beta,
                                           index_t bs, bool training, double momentum, double eps, double* running_mean,
                                           double* running_var, Acc* stats, O* y) {
-  __shared__ Acc shared[32];
+  using V = acc_t<Acc>;
+  __shared__ V shared[32];
   const index_t m = n * s;
   for (index_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const auto at = [&](index_t k) { return ((k / s) * c + ch) * s + k % s; };
-    Acc mu, var;
+    V mu, var;
     if (training) {
-      Acc a = 0;
-      for (index_t k = threadIdx.x; k < m; k += blockDim.x) a += ew_detail::load<Acc>(x + at(k));
-      mu = Acc(fiber_detail::block_reduce(a, fiber_detail::add_op{}, shared) / static_cast<Acc>(m));
-      Acc d2 = 0;
+      V a = 0;
+      for (index_t k = threadIdx.x; k < m; k += blockDim.x) a += ew_detail::load<V>(x + at(k));
+      mu = V(fiber_detail::block_reduce(a, fiber_detail::add_op{}, shared) / V(m));
+      V d2 = 0;
       for (index_t k = threadIdx.x; k < m; k += blockDim.x) {
-        const Acc d = sub_rn(ew_detail::load<Acc>(x + at(k)), mu);
+        const V d = sub_rn(ew_detail::load<V>(x + at(k)), mu);
         d2 = add_rn(d2, mul_rn(d, d));
       }
-      var = Acc(fiber_detail::block_reduce(d2, fiber_detail::add_op{}, shared) / static_cast<Acc>(m));
+      var = V(fiber_detail::block_reduce(d2, fiber_detail::add_op{}, shared) / V(m));
       if (threadIdx.x == 0) {
         if (running_mean) running_mean[ch] = __dadd_rn(__dmul_rn(1 - momentum, running_mean[ch]), __dmul_rn(momentum, static_cast<double>(mu)));
         if (running_var) {
@@ -258,17 +250,17 @@ __global__ void batch_norm_forward_kernel(const X* x, index_t n, index_t c, inde
         }
       }
     } else {
-      mu = Acc(running_mean[ch]);
-      var = Acc(running_var[ch]);
+      mu = V(running_mean[ch]);
+      var = V(running_var[ch]);
     }
-    const Acc rstd = Acc(1) / Acc(::sqrt(add_rn(var, Acc(eps))));
+    const V rstd = V(1) / V(acc_math::sqrt(add_rn(var, V(eps))));
     if (threadIdx.x == 0) {
-      stats[2 * ch] = mu;
-      stats[2 * ch + 1] = rstd;
+      ew_detail::store(stats + 2 * ch, mu);
+      ew_detail::store(stats + 2 * ch + 1, rstd);
     }
-    const Acc gm = ew_detail::load<Acc>(gamma + ch * gs), bt = ew_detail::load<Acc>(beta + ch * bs);
+    const V gm = ew_detail::load<V>(gamma + ch * gs), bt = ew_detail::load<V>(beta + ch * bs);
     for (index_t k = threadIdx.x; k < m; k += blockDim.x) {
-      const Acc v = ew_detail::load<Acc>(x + at(k));
+      const V v = ew_detail::load<V>(x + at(k));
       ew_detail::store(y + at(k), add_rn(mul_rn(mul_rn(sub_rn(v, mu), rstd), gm), bt));
     }
   }
@@ -279,33 +271,34 @@ __global__ void batch_norm_forward_kernel(const X* x, index_t n, index_t c, inde
 template <class Acc, class G, class X, class Gm>
 __global__ void batch_norm_backward_kernel(const G* gy, const X* x, index_t n, index_t c, index_t s, const Gm* gamma, index_t gs,
                                            const Acc* stats, bool training, Acc* dx, Acc* dg, Acc* db) {
-  __shared__ Acc shared[32];
+  using V = acc_t<Acc>;
+  __shared__ V shared[32];
   const index_t m = n * s;
-  const Acc inv_m = Acc(1) / static_cast<Acc>(m);
+  const V inv_m = V(1) / V(m);
   for (index_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     const auto at = [&](index_t k) { return ((k / s) * c + ch) * s + k % s; };
-    const Acc mu = stats[2 * ch], rstd = stats[2 * ch + 1], gm = ew_detail::load<Acc>(gamma + ch * gs);
-    Acc sg = 0, sgx = 0;
+    const V mu = ew_detail::load<V>(stats + 2 * ch), rstd = ew_detail::load<V>(stats + 2 * ch + 1), gm = ew_detail::load<V>(gamma + ch * gs);
+    V sg = 0, sgx = 0;
     for (index_t k = threadIdx.x; k < m; k += blockDim.x) {
-      const Acc g = ew_detail::load<Acc>(gy + at(k));
+      const V g = ew_detail::load<V>(gy + at(k));
       sg = add_rn(sg, g);
-      sgx = add_rn(sgx, mul_rn(g, mul_rn(sub_rn(ew_detail::load<Acc>(x + at(k)), mu), rstd)));
+      sgx = add_rn(sgx, mul_rn(g, mul_rn(sub_rn(ew_detail::load<V>(x + at(k)), mu), rstd)));
     }
     sg = fiber_detail::block_reduce(sg, fiber_detail::add_op{}, shared);
     sgx = fiber_detail::block_reduce(sgx, fiber_detail::add_op{}, shared);
     if (threadIdx.x == 0) {
-      dg[ch] = sgx;
-      db[ch] = sg;
+      ew_detail::store(dg + ch, sgx);
+      ew_detail::store(db + ch, sg);
     }
     if (dx == nullptr) continue;
-    const Acc scale = mul_rn(gm, rstd);
+    const V scale = mul_rn(gm, rstd);
     for (index_t k = threadIdx.x; k < m; k += blockDim.x) {
-      const Acc g = ew_detail::load<Acc>(gy + at(k));
+      const V g = ew_detail::load<V>(gy + at(k));
       if (training) {  // gamma rstd (g - mean(g) - xhat mean(g xhat))
-        const Acc xh = mul_rn(sub_rn(ew_detail::load<Acc>(x + at(k)), mu), rstd);
-        dx[at(k)] = mul_rn(scale, sub_rn(sub_rn(g, mul_rn(sg, inv_m)), mul_rn(mul_rn(xh, sgx), inv_m)));
+        const V xh = mul_rn(sub_rn(ew_detail::load<V>(x + at(k)), mu), rstd);
+        ew_detail::store(dx + at(k), mul_rn(scale, sub_rn(sub_rn(g, mul_rn(sg, inv_m)), mul_rn(mul_rn(xh, sgx), inv_m))));
       } else {
-        dx[at(k)] = mul_rn(scale, g);
+        ew_detail::store(dx + at(k), mul_rn(scale, g));
       }
     }
   }
@@ -401,7 +394,7 @@ void avg_pool_backward(cudaStream_t stream, const op::conv_detail::geometry& g, 
 template <class Acc, class X, class Gm, class Bt, class O>
 void batch_norm_forward(cudaStream_t stream, const DeviceView<const X>& x, const DeviceView<const Gm>& gamma, const DeviceView<const Bt>& beta,
                         bool training, double momentum, double eps, double* running_mean, double* running_var, Acc* stats, O* y) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::batch_norm_forward: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::batch_norm_forward: Acc is double, float, precis::half or precis::bfloat16");
   const index_t n = x.shape()[0], c = x.shape()[1], s = x.size() / std::max<index_t>(1, n * c);
   if (c == 0 || n * s == 0) return;
   const auto [blocks, threads] = fiber_detail::grid(fiber_detail::layout{c, n * s, 1});

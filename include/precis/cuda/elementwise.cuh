@@ -7,8 +7,10 @@
 //   precis::cuda::map_into<float>(stream, "precis::relu", y.view(), precis::fn::relu{}, x.view());
 //   precis::cuda::map_into<float>(stream, "precis::add", y.view(), precis::fn::add{}, a.view(), bias.view());  // bias [n] broadcast
 //
-// Formats: fp64, fp32, fp16, bf16 (inputs and output); A is float or double. An output rounded
-// from double to fp16 or bf16 is rounded once from the double value. Against the host's
+// Formats: fp64, fp32, fp16, bf16 (inputs and output); A is float, double, or narrow<half> /
+// narrow<bfloat16> (fp16 / bf16 arithmetic, each operation rounded into the format: the host's
+// maps in precis::half or precis::bfloat16). An output rounded from double to fp16 or bf16 is
+// rounded once from the double value. Against the host's
 // map_into on the same data: the same bits wherever f's every operation is correctly rounded on
 // both (+ - * / sqrt, comparisons, selections) and nvcc does not fuse a multiply and an add
 // (a * b + c becomes one fused multiply-add on the device unless the translation unit is built
@@ -26,6 +28,7 @@
 #include <string>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/device.cuh"
 #include "precis/error.hpp"
 #include "precis/tensor/elementwise.hpp"
@@ -38,6 +41,11 @@ namespace ew_detail {
 template <class T>
 constexpr bool format = std::is_same_v<T, double> || std::is_same_v<T, float> || std::is_same_v<T, precis::half> ||
                         std::is_same_v<T, precis::bfloat16>;
+
+/// The arithmetic a map evaluates its function in: fp64, fp32, or an emulated 16-bit format.
+template <class A>
+constexpr bool arithmetic = std::is_same_v<A, float> || std::is_same_v<A, double> || std::is_same_v<A, narrow<precis::half>> ||
+                            std::is_same_v<A, narrow<precis::bfloat16>>;
 
 /// p[0] widened exactly to A.
 template <class A, class S>
@@ -167,7 +175,7 @@ __global__ void map_indexed_kernel(O* y, F f, layout<2> l, index_t n, const X* x
 /// that do not broadcast to y's are a shape_error naming `op`. Asynchronous, like any launch.
 template <class A, class O, class F, class... X>
 void map_into(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, const DeviceView<X>&... x) {
-  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>, "precis::cuda::map_into: arithmetic in float or double");
+  static_assert(ew_detail::arithmetic<A>, "precis::cuda::map_into: arithmetic in float, double or precis::cuda::narrow");
   static_assert(ew_detail::format<O> && (ew_detail::format<precis::detail::remove_const_t<X>> && ...),
                 "precis::cuda::map_into: formats fp64, fp32, fp16, bf16");
   static_assert(!std::is_const_v<O>, "precis::cuda::map_into: the output view must be writable");
@@ -211,7 +219,7 @@ void map_into(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, 
 /// y. x overlapping y other than exactly is an aliasing_error.
 template <class A, class O, class F, class X>
 void map_indexed(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, const DeviceView<X>& x) {
-  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>, "precis::cuda::map_indexed: arithmetic in float or double");
+  static_assert(ew_detail::arithmetic<A>, "precis::cuda::map_indexed: arithmetic in float, double or precis::cuda::narrow");
   if (x.shape() != y.shape()) {
     throw shape_error(std::string(op) + ": an input of shape " + x.shape().str() + " for an output of shape " + y.shape().str() +
                       "; expected the same shape");

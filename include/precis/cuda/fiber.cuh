@@ -5,7 +5,8 @@
 // the squares neither overflow nor underflow), logsumexp (shifted by the maximum), softmax and
 // log_softmax and softmax's backward sums, layer normalization's rows, attention's
 // probabilities and score gradients, max/min by selection, and embedding's scatter-add; each
-// fiber's sums in the accumulator Acc (float or double) and each output rounded once into its
+// fiber's sums in the accumulator Acc (double, float, or fp16 / bf16 with every operation
+// rounded into it: acc_t, as the host's 16-bit arithmetic) and each output rounded once into its
 // format. Include only from .cu translation units.
 //
 //   precis::cuda::reduce_fibers<float, precis::op::reduction::sum>(stream, "precis::sum", x, false, 1, y);
@@ -31,6 +32,7 @@
 #include <string>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/elementwise.cuh"
 #include "precis/ops/cpu.hpp"
 
@@ -65,7 +67,7 @@ struct max_op {
 /// warp, then the warps' results in warp order. shared: 32 elements; blockDim.x a multiple of 32.
 template <class T, class Op>
 __device__ T block_reduce(T v, Op op, T* shared) {
-  for (int w = 16; w > 0; w /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, w));
+  for (int w = 16; w > 0; w /= 2) v = op(v, acc_math::shfl_xor(v, w));
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   __syncthreads();  // every thread has read the previous call's results
   if (lane == 0) shared[warp] = v;
@@ -75,58 +77,59 @@ __device__ T block_reduce(T v, Op op, T* shared) {
   return r;
 }
 
-template <class Acc>
-__device__ Acc fiber_sum(const auto* p, const layout& l, Acc* shared) {
-  Acc s = 0;
-  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += ew_detail::load<Acc>(p + k * l.inner);
+/// The fiber's sum, maximum, and sum of exp(x - m), in the accumulator register type V (acc_t).
+template <class V>
+__device__ V fiber_sum(const auto* p, const layout& l, V* shared) {
+  V s = 0;
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += ew_detail::load<V>(p + k * l.inner);
   return block_reduce(s, add_op{}, shared);
 }
-template <class Acc>
-__device__ Acc fiber_max(const auto* p, const layout& l, Acc* shared) {
-  Acc m = -static_cast<Acc>(INFINITY);
-  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) m = max_op{}(m, ew_detail::load<Acc>(p + k * l.inner));
+template <class V>
+__device__ V fiber_max(const auto* p, const layout& l, V* shared) {
+  V m = -V(INFINITY);
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) m = max_op{}(m, ew_detail::load<V>(p + k * l.inner));
   return block_reduce(m, max_op{}, shared);
 }
-/// sum of exp(x - m) over the fiber.
-template <class Acc>
-__device__ Acc fiber_exp_sum(const auto* p, const layout& l, Acc m, Acc* shared) {
-  Acc s = 0;
-  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += ::exp(Acc(ew_detail::load<Acc>(p + k * l.inner) - m));
+template <class V>
+__device__ V fiber_exp_sum(const auto* p, const layout& l, V m, V* shared) {
+  V s = 0;
+  for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) s += acc_math::exp(V(ew_detail::load<V>(p + k * l.inner) - m));
   return block_reduce(s, add_op{}, shared);
 }
 
 template <class Acc, op::reduction R, class X, class O>
 __global__ void reduce_kernel(const X* x, layout l, O* y) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
     const X* p = x + start(l, f);
-    Acc r;
+    V r;
     if constexpr (R == op::reduction::sum) {
-      r = fiber_sum<Acc>(p, l, shared);
+      r = fiber_sum<V>(p, l, shared);
     } else if constexpr (R == op::reduction::mean) {
-      r = Acc(fiber_sum<Acc>(p, l, shared) / static_cast<Acc>(l.len));
+      r = V(fiber_sum<V>(p, l, shared) / V(l.len));
     } else if constexpr (R == op::reduction::logsumexp) {
-      const Acc m = fiber_max<Acc>(p, l, shared);
-      const bool finite = m == m && m != static_cast<Acc>(INFINITY) && m != -static_cast<Acc>(INFINITY);
+      const V m = fiber_max<V>(p, l, shared);
+      const bool finite = m == m && m != V(INFINITY) && m != -V(INFINITY);
       // NaN, +inf, or -inf (every element -inf): the maximum is the result (the block agrees)
-      r = finite ? Acc(m + ::log(fiber_exp_sum<Acc>(p, l, m, shared))) : m;
+      r = finite ? V(m + acc_math::log(fiber_exp_sum<V>(p, l, m, shared))) : m;
     } else {  // the norm: the largest magnitude, then the squares scaled by 2^k near 1 / it
-      Acc amax = 0;
-      for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) amax = max_op{}(amax, Acc(::fabs(ew_detail::load<Acc>(p + k * l.inner))));
+      V amax = 0;
+      for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) amax = max_op{}(amax, V(acc_math::fabs(ew_detail::load<V>(p + k * l.inner))));
       amax = block_reduce(amax, max_op{}, shared);
-      if (amax == Acc(0) || amax != amax || amax == static_cast<Acc>(INFINITY)) {
+      if (amax == V(0) || amax != amax || amax == V(INFINITY)) {
         r = amax;
       } else {
         int e = 0;
         (void)::frexp(static_cast<double>(amax), &e);
-        constexpr int lo = std::is_same_v<Acc, float> ? -126 : -1022, hi = std::is_same_v<Acc, float> ? 127 : 1023;
-        const Acc scale = static_cast<Acc>(::ldexp(1.0, ::min(::max(-e, lo), hi)));
-        Acc s = 0;
+        constexpr int lo = format_traits<Acc>::emin, hi = format_traits<Acc>::emax;
+        const V scale = V(::ldexp(1.0, ::min(::max(-e, lo), hi)));
+        V s = 0;
         for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
-          const Acc v = Acc(ew_detail::load<Acc>(p + k * l.inner) * scale);
+          const V v = V(ew_detail::load<V>(p + k * l.inner) * scale);
           s += v * v;
         }
-        r = Acc(::sqrt(block_reduce(s, add_op{}, shared)) / scale);
+        r = V(acc_math::sqrt(block_reduce(s, add_op{}, shared)) / scale);
       }
     }
     if (threadIdx.x == 0) ew_detail::store(y + f, r);
@@ -135,32 +138,34 @@ __global__ void reduce_kernel(const X* x, layout l, O* y) {
 
 template <class Acc, bool Log, class X, class O>
 __global__ void softmax_kernel(const X* x, layout l, O* y) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
     const index_t s0 = start(l, f);
     const X* p = x + s0;
-    const Acc m = fiber_max<Acc>(p, l, shared);
-    const Acc s = fiber_exp_sum<Acc>(p, l, m, shared);
-    const Acc ls = ::log(s);
+    const V m = fiber_max<V>(p, l, shared);
+    const V s = fiber_exp_sum<V>(p, l, m, shared);
+    const V ls = acc_math::log(s);
     for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
-      const Acc v = ew_detail::load<Acc>(p + k * l.inner);
-      ew_detail::store(y + s0 + k * l.inner, Log ? Acc(Acc(v - m) - ls) : Acc(::exp(Acc(v - m)) / s));
+      const V v = ew_detail::load<V>(p + k * l.inner);
+      ew_detail::store(y + s0 + k * l.inner, Log ? V(V(v - m) - ls) : V(acc_math::exp(V(v - m)) / s));
     }
   }
 }
 
 template <class Acc, bool Log, class G, class O>
 __global__ void softmax_sums_kernel(const G* g, const O* y, layout l, Acc* out) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
     const index_t s0 = start(l, f);
-    Acc a = 0;
+    V a = 0;
     for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
-      const Acc gv = ew_detail::load<Acc>(g + s0 + k * l.inner);
-      a += Log ? gv : Acc(gv * ew_detail::load<Acc>(y + s0 + k * l.inner));
+      const V gv = ew_detail::load<V>(g + s0 + k * l.inner);
+      a += Log ? gv : V(gv * ew_detail::load<V>(y + s0 + k * l.inner));
     }
     a = block_reduce(a, add_op{}, shared);
-    if (threadIdx.x == 0) out[f] = a;
+    if (threadIdx.x == 0) ew_detail::store(out + f, a);
   }
 }
 
@@ -169,23 +174,24 @@ __global__ void softmax_sums_kernel(const G* g, const O* y, layout l, Acc* out) 
 template <class Acc, class R, class X, class G, class B, class O>
 __global__ void layer_norm_forward_kernel(const X* x, index_t rows, index_t d, const G* gamma, index_t gs, const B* beta, index_t bs,
                                           double eps, Acc* stats, O* y) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   const layout l{1, d, 1};
   for (index_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const X* r = x + i * d;
-    const Acc mu = Acc(fiber_sum<Acc>(r, l, shared) / static_cast<Acc>(d));
-    Acc v = 0;
+    const V mu = V(fiber_sum<V>(r, l, shared) / V(d));
+    V v = 0;
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
-      const Acc c = Acc(ew_detail::load<Acc>(r + j) - mu);
+      const V c = V(ew_detail::load<V>(r + j) - mu);
       v += c * c;
     }
-    const Acc var = Acc(block_reduce(v, add_op{}, shared) / static_cast<Acc>(d));
-    const R rstd = R(1) / R(::sqrt(R(R(var) + R(eps))));
+    const V var = V(block_reduce(v, add_op{}, shared) / V(d));
+    const R rstd = R(1) / R(acc_math::sqrt(R(R(var) + R(eps))));
     if (threadIdx.x == 0) {
-      stats[2 * i] = mu;
-      stats[2 * i + 1] = Acc(rstd);
+      ew_detail::store(stats + 2 * i, mu);
+      ew_detail::store(stats + 2 * i + 1, V(rstd));
     }
-    const R m = R(mu), rs = R(Acc(rstd));
+    const R m = R(mu), rs = R(V(rstd));
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const R xv = ew_detail::load<R>(r + j);
       ew_detail::store(y + i * d + j, R(R(R(xv - m) * rs) * ew_detail::load<R>(gamma + j * gs) + ew_detail::load<R>(beta + j * bs)));
@@ -199,15 +205,16 @@ __global__ void layer_norm_forward_kernel(const X* x, index_t rows, index_t d, c
 template <class Acc, class R, class X, class GY, class G, class GX>
 __global__ void layer_norm_backward_rows(const X* x, const GY* gy, index_t rows, index_t d, const G* gamma, index_t gs, const Acc* stats,
                                          GX* gx, bool fresh) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   for (index_t i = blockIdx.x; i < rows; i += gridDim.x) {
-    const R mu = R(stats[2 * i]), rstd = R(stats[2 * i + 1]);
-    Acc m1 = 0, m2 = 0;
+    const R mu = ew_detail::load<R>(stats + 2 * i), rstd = ew_detail::load<R>(stats + 2 * i + 1);
+    V m1 = 0, m2 = 0;
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const R xh = R(R(ew_detail::load<R>(x + i * d + j) - mu) * rstd);
       const R dxh = R(ew_detail::load<R>(gy + i * d + j) * ew_detail::load<R>(gamma + j * gs));
-      m1 += Acc(dxh);
-      m2 += Acc(R(dxh * xh));
+      m1 += V(dxh);
+      m2 += V(R(dxh * xh));
     }
     const R s1 = R(block_reduce(m1, add_op{}, shared));
     const R s2 = R(block_reduce(m2, add_op{}, shared));
@@ -226,17 +233,18 @@ __global__ void layer_norm_backward_rows(const X* x, const GY* gy, index_t rows,
 /// dbeta[j] += gy over the rows in order, in Acc.
 template <class Acc, class R, class X, class GY>
 __global__ void layer_norm_backward_columns(const X* x, const GY* gy, index_t rows, index_t d, const Acc* stats, Acc* dgamma, Acc* dbeta) {
+  using V = acc_t<Acc>;
   const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t j = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < d; j += step) {
-    Acc a = dgamma[j], b = dbeta[j];
+    V a = ew_detail::load<V>(dgamma + j), b = ew_detail::load<V>(dbeta + j);
     for (index_t i = 0; i < rows; ++i) {
-      const R xh = R(R(ew_detail::load<R>(x + i * d + j) - R(stats[2 * i])) * R(stats[2 * i + 1]));
+      const R xh = R(R(ew_detail::load<R>(x + i * d + j) - ew_detail::load<R>(stats + 2 * i)) * ew_detail::load<R>(stats + 2 * i + 1));
       const R gv = ew_detail::load<R>(gy + i * d + j);
-      a += Acc(R(gv * xh));
-      b += Acc(gv);
+      a += V(R(gv * xh));
+      b += V(gv);
     }
-    dgamma[j] = a;
-    dbeta[j] = b;
+    ew_detail::store(dgamma + j, a);
+    ew_detail::store(dbeta + j, b);
   }
 }
 
@@ -244,37 +252,45 @@ __global__ void layer_norm_backward_columns(const X* x, const GY* gy, index_t ro
 /// row's maximum, exp(s - max) and their sum in Acc, divided; keys past i are 0 when `causal`.
 template <class Acc>
 __global__ void attention_probabilities_kernel(Acc* s, index_t tq, index_t tk, Acc scale, bool causal) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
+  const V sc = ew_detail::load<V>(&scale);
   for (index_t i = blockIdx.x; i < tq; i += gridDim.x) {
     Acc* row = s + i * tk;
     const index_t allowed = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
-    Acc mx = -static_cast<Acc>(INFINITY);
+    V mx = -V(INFINITY);
     for (index_t j = threadIdx.x; j < allowed; j += blockDim.x) {
-      row[j] = row[j] * scale;
-      mx = max_op{}(mx, row[j]);
+      const V v = ew_detail::load<V>(row + j) * sc;
+      ew_detail::store(row + j, v);
+      mx = max_op{}(mx, v);
     }
     mx = block_reduce(mx, max_op{}, shared);
-    Acc sum = 0;
+    V sum = 0;
     for (index_t j = threadIdx.x; j < allowed; j += blockDim.x) {
-      row[j] = ::exp(Acc(row[j] - mx));
-      sum += row[j];
+      const V e = acc_math::exp(V(ew_detail::load<V>(row + j) - mx));
+      ew_detail::store(row + j, e);
+      sum += e;
     }
     sum = block_reduce(sum, add_op{}, shared);
-    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) row[j] = j < allowed ? Acc(row[j] / sum) : Acc(0);
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) ew_detail::store(row + j, j < allowed ? V(ew_detail::load<V>(row + j) / sum) : V(0));
   }
 }
 
 /// Attention's score gradients in place, a block per row: ds = p (ds - sum(ds p)) scale.
 template <class Acc>
 __global__ void attention_score_gradients_kernel(Acc* ds, const Acc* p, index_t tq, index_t tk, Acc scale) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
+  const V sc = ew_detail::load<V>(&scale);
   for (index_t i = blockIdx.x; i < tq; i += gridDim.x) {
     Acc* d = ds + i * tk;
     const Acc* pr = p + i * tk;
-    Acc dot = 0;
-    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) dot += d[j] * pr[j];
+    V dot = 0;
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) dot += ew_detail::load<V>(d + j) * ew_detail::load<V>(pr + j);
     dot = block_reduce(dot, add_op{}, shared);
-    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) d[j] = Acc(Acc(pr[j] * Acc(d[j] - dot)) * scale);
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) {
+      ew_detail::store(d + j, V(V(ew_detail::load<V>(pr + j) * V(ew_detail::load<V>(d + j) - dot)) * sc));
+    }
   }
 }
 
@@ -314,9 +330,13 @@ __global__ void add_selected_kernel(const G* gy, const std::int32_t* pos, layout
 /// one element; repeated indices add in the host's order).
 template <class Acc, class G>
 __global__ void scatter_add_rows_kernel(const G* gy, const std::int64_t* indices, index_t n, index_t d, Acc* acc) {
+  using V = acc_t<Acc>;
   const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t j = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < d; j += step) {
-    for (index_t i = 0; i < n; ++i) acc[indices[i] * d + j] += ew_detail::load<Acc>(gy + i * d + j);
+    for (index_t i = 0; i < n; ++i) {
+      Acc* a = acc + indices[i] * d + j;
+      ew_detail::store(a, V(ew_detail::load<V>(a) + ew_detail::load<V>(gy + i * d + j)));
+    }
   }
 }
 
@@ -339,31 +359,32 @@ enum class partial { sum, max_abs, max, scaled_squares, exp_sum };
 
 template <class Acc, partial Q, class X>
 __global__ void partial_kernel(const X* x, layout l, split sp, const Acc* arg, Acc* out) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   constexpr bool maximum = Q == partial::max_abs || Q == partial::max;
   for (index_t b = blockIdx.x; b < l.fibers * sp.parts; b += gridDim.x) {
     const index_t f = b / sp.parts, k0 = (b % sp.parts) * sp.chunk, k1 = k0 + sp.chunk < l.len ? k0 + sp.chunk : l.len;
     const X* p = x + start(l, f);
-    const Acc a0 = arg != nullptr ? arg[f] : Acc(0);
-    Acc a = Q == partial::max ? -static_cast<Acc>(INFINITY) : Acc(0);
+    const V a0 = arg != nullptr ? ew_detail::load<V>(arg + f) : V(0);
+    V a = Q == partial::max ? -V(INFINITY) : V(0);
     for (index_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
-      const Acc v = ew_detail::load<Acc>(p + k * l.inner);
+      const V v = ew_detail::load<V>(p + k * l.inner);
       if constexpr (Q == partial::sum) {
         a += v;
       } else if constexpr (Q == partial::max_abs) {
-        a = max_op{}(a, Acc(::fabs(v)));
+        a = max_op{}(a, V(acc_math::fabs(v)));
       } else if constexpr (Q == partial::max) {
         a = max_op{}(a, v);
       } else if constexpr (Q == partial::scaled_squares) {
-        const Acc sv = Acc(v * a0);
+        const V sv = V(v * a0);
         a += sv * sv;
       } else {
-        a += ::exp(Acc(v - a0));
+        a += acc_math::exp(V(v - a0));
       }
     }
     if constexpr (maximum) a = block_reduce(a, max_op{}, shared);
     else a = block_reduce(a, add_op{}, shared);
-    if (threadIdx.x == 0) out[b] = a;
+    if (threadIdx.x == 0) ew_detail::store(out + b, a);
   }
 }
 
@@ -375,34 +396,38 @@ enum class combine { sum, mean, norm_scale, norm, lse_max, lse };
 
 template <class Acc, combine C, class O>
 __global__ void combine_kernel(const Acc* part, layout l, split sp, Acc* aux, O* y) {
-  __shared__ Acc shared[32];
+  __shared__ acc_t<Acc> shared[32];
+  using V = acc_t<Acc>;
   constexpr bool maximum = C == combine::norm_scale || C == combine::lse_max;
   for (index_t f = blockIdx.x; f < l.fibers; f += gridDim.x) {
-    Acc a = C == combine::lse_max ? -static_cast<Acc>(INFINITY) : Acc(0);
-    for (index_t k = threadIdx.x; k < sp.parts; k += blockDim.x) a = maximum ? max_op{}(a, part[f * sp.parts + k]) : Acc(a + part[f * sp.parts + k]);
+    V a = C == combine::lse_max ? -V(INFINITY) : V(0);
+    for (index_t k = threadIdx.x; k < sp.parts; k += blockDim.x) {
+      const V v = ew_detail::load<V>(part + f * sp.parts + k);
+      a = maximum ? max_op{}(a, v) : V(a + v);
+    }
     if constexpr (maximum) a = block_reduce(a, max_op{}, shared);
     else a = block_reduce(a, add_op{}, shared);
     if (threadIdx.x != 0) continue;
     if constexpr (C == combine::sum) {
       ew_detail::store(y + f, a);
     } else if constexpr (C == combine::mean) {
-      ew_detail::store(y + f, Acc(a / static_cast<Acc>(l.len)));
+      ew_detail::store(y + f, V(a / V(l.len)));
     } else if constexpr (C == combine::norm_scale) {
       int e = 0;
       (void)::frexp(static_cast<double>(a), &e);
-      constexpr int lo = std::is_same_v<Acc, float> ? -126 : -1022, hi = std::is_same_v<Acc, float> ? 127 : 1023;
-      aux[f] = a;
-      aux[l.fibers + f] = static_cast<Acc>(::ldexp(1.0, ::min(::max(-e, lo), hi)));
+      constexpr int lo = format_traits<Acc>::emin, hi = format_traits<Acc>::emax;
+      ew_detail::store(aux + f, a);
+      ew_detail::store(aux + l.fibers + f, V(::ldexp(1.0, ::min(::max(-e, lo), hi))));
     } else if constexpr (C == combine::norm) {
-      const Acc amax = aux[f], scale = aux[l.fibers + f];
-      const bool special = amax == Acc(0) || amax != amax || amax == static_cast<Acc>(INFINITY);
-      ew_detail::store(y + f, special ? amax : Acc(::sqrt(a) / scale));
+      const V amax = ew_detail::load<V>(aux + f), scale = ew_detail::load<V>(aux + l.fibers + f);
+      const bool special = amax == V(0) || amax != amax || amax == V(INFINITY);
+      ew_detail::store(y + f, special ? amax : V(acc_math::sqrt(a) / scale));
     } else if constexpr (C == combine::lse_max) {
-      aux[f] = a;
+      ew_detail::store(aux + f, a);
     } else {
-      const Acc m = aux[f];
-      const bool finite = m == m && m != static_cast<Acc>(INFINITY) && m != -static_cast<Acc>(INFINITY);
-      ew_detail::store(y + f, finite ? Acc(m + ::log(a)) : m);
+      const V m = ew_detail::load<V>(aux + f);
+      const bool finite = m == m && m != V(INFINITY) && m != -V(INFINITY);
+      ew_detail::store(y + f, finite ? V(m + acc_math::log(a)) : m);
     }
   }
 }
@@ -458,7 +483,7 @@ index_t reduce_scratch_elements(const char* op, const DeviceView<X>& x, bool who
 template <class Acc, op::reduction R, class X, class O>
 void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, bool whole, int axis, const DeviceView<O>& y,
                    Acc* scratch = nullptr) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::reduce_fibers: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::reduce_fibers: Acc is double, float, precis::half or precis::bfloat16");
   const auto l = fiber_detail::fibers_of(op, x, whole, axis);
   if (l.len == 0 || y.size() != l.fibers || !fiber_detail::dense(y)) {
     throw shape_error(std::string(op) + ": a device reduction of " + x.shape().str() + " into " + y.shape().str() +
@@ -514,7 +539,7 @@ void reduce_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, 
 /// in Acc, each output rounded once into y's format; on `stream`.
 template <class Acc, bool Log, class X, class O>
 void softmax_fibers(cudaStream_t stream, const char* op, const DeviceView<X>& x, int axis, const DeviceView<O>& y) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::softmax_fibers: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::softmax_fibers: Acc is double, float, precis::half or precis::bfloat16");
   const auto l = fiber_detail::fibers_of(op, x, false, axis);
   if (y.shape() != x.shape() || !fiber_detail::dense(y)) {
     throw shape_error(std::string(op) + ": a device softmax of " + x.shape().str() + " into " + y.shape().str() +
@@ -547,7 +572,7 @@ void softmax_sums(cudaStream_t stream, const char* op, const DeviceView<G>& g, c
 template <class Acc, class R, class X, class G, class B, class O>
 void layer_norm_forward(cudaStream_t stream, const DeviceView<X>& x, const DeviceView<G>& gamma, const DeviceView<B>& beta, double eps,
                         Acc* stats, const DeviceView<O>& y) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::layer_norm_forward: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::layer_norm_forward: Acc is double, float, precis::half or precis::bfloat16");
   const index_t d = x.rank() > 0 ? x.shape().back() : 0;
   if (d == 0 || !fiber_detail::dense(x) || !fiber_detail::dense(y) || y.shape() != x.shape() || gamma.size() != d || beta.size() != d) {
     throw shape_error("precis::layer_norm: on the device, x " + x.shape().str() + ", gamma " + gamma.shape().str() + ", beta " +

@@ -21,28 +21,29 @@
 #include <string>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/elementwise.cuh"
 
 namespace precis::cuda {
 
 namespace loss_detail {
 
-template <class Acc, class X>
-__device__ Acc row_lse(const X* row, index_t k, index_t stride, int lane) {
-  Acc m = -static_cast<Acc>(INFINITY);
+template <class V, class X>
+__device__ V row_lse(const X* row, index_t k, index_t stride, int lane) {
+  V m = -V(INFINITY);
   for (index_t j = lane; j < k; j += 32) {
-    const Acc v = ew_detail::load<Acc>(row + j * stride);
+    const V v = ew_detail::load<V>(row + j * stride);
     m = v > m || v != v ? v : m;  // NaN propagates
   }
   for (int w = 16; w > 0; w /= 2) {
-    const Acc o = __shfl_xor_sync(0xffffffffu, m, w);
+    const V o = acc_math::shfl_xor(m, w);
     m = o > m || o != o ? o : m;
   }
-  if (m == static_cast<Acc>(INFINITY) || m == -static_cast<Acc>(INFINITY) || m != m) return m;  // lse = max there
-  Acc s = 0;
-  for (index_t j = lane; j < k; j += 32) s += ::exp(ew_detail::load<Acc>(row + j * stride) - m);
-  for (int w = 16; w > 0; w /= 2) s += __shfl_xor_sync(0xffffffffu, s, w);
-  return m + ::log(s);
+  if (m == V(INFINITY) || m == -V(INFINITY) || m != m) return m;  // lse = max there
+  V s = 0;
+  for (index_t j = lane; j < k; j += 32) s += acc_math::exp(V(ew_detail::load<V>(row + j * stride) - m));
+  for (int w = 16; w > 0; w /= 2) s += acc_math::shfl_xor(s, w);
+  return m + acc_math::log(s);
 }
 
 /// A warp per row: the row's logsumexp into lse, its term (lse - x[label]) into terms; a second
@@ -53,12 +54,13 @@ __global__ void forward_rows(const X* x, index_t rows, index_t k, index_t s0, in
   const int lane = static_cast<int>(threadIdx.x % 32);
   const auto warps = static_cast<index_t>(gridDim.x) * (blockDim.x / 32);
   for (index_t i = static_cast<index_t>((blockIdx.x * blockDim.x + threadIdx.x) / 32); i < rows; i += warps) {
+    using V = acc_t<Acc>;
     const X* row = x + i * s0;
-    const Acc l = row_lse<Acc>(row, k, s1, lane);
+    const V l = row_lse<V>(row, k, s1, lane);
     if (lane == 0) {
       const std::int64_t c = labels[i];
-      lse[i] = l;
-      terms[i] = (c >= 0 && c < k) ? Acc(l - ew_detail::load<Acc>(row + c * s1)) : static_cast<Acc>(NAN);
+      ew_detail::store(lse + i, l);
+      ew_detail::store(terms + i, (c >= 0 && c < k) ? V(l - ew_detail::load<V>(row + c * s1)) : V(NAN));
     }
   }
 }
@@ -66,11 +68,12 @@ __global__ void forward_rows(const X* x, index_t rows, index_t k, index_t s0, in
 /// loss = mean of the terms: one warp, lanes in order, then pairwise.
 template <class Acc, class O>
 __global__ void mean_of(const Acc* terms, index_t rows, O* loss) {
+  using V = acc_t<Acc>;
   const int lane = static_cast<int>(threadIdx.x);
-  Acc s = 0;
-  for (index_t i = lane; i < rows; i += 32) s += terms[i];
-  for (int w = 16; w > 0; w /= 2) s += __shfl_down_sync(0xffffffffu, s, w);
-  if (lane == 0) ew_detail::store(loss, Acc(s / static_cast<Acc>(rows)));
+  V s = 0;
+  for (index_t i = lane; i < rows; i += 32) s += ew_detail::load<V>(terms + i);
+  for (int w = 16; w > 0; w /= 2) s += acc_math::shfl_down(s, w);
+  if (lane == 0) ew_detail::store(loss, V(s / V(rows)));
 }
 
 template <class R, class G, class X, class Acc, class GX>
@@ -82,7 +85,7 @@ __global__ void backward_rows(const G* gloss, const X* x, index_t rows, index_t 
   for (index_t t = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += step) {
     const index_t i = t / k, j = t % k;
     const std::int64_t c = labels[i];
-    const R p = ::exp(R(ew_detail::load<R>(x + i * s0 + j * s1) - R(lse[i])));
+    const R p = ::exp(R(ew_detail::load<R>(x + i * s0 + j * s1) - ew_detail::load<R>(lse + i)));
     const R d = (c >= 0 && c < k) ? R(g * (j == c ? R(p - R(1)) : p)) : static_cast<R>(NAN);
     GX* out = gx + i * g0 + j * g1;
     ew_detail::store(out, fresh ? d : R(ew_detail::load<R>(out) + d));
@@ -93,11 +96,12 @@ __global__ void backward_rows(const G* gloss, const X* x, index_t rows, index_t 
 /// then the lanes pairwise; divided by the rows.
 template <class Acc, class X, class O>
 __global__ void nll_forward_kernel(const X* x, index_t rows, index_t s0, index_t s1, const std::int64_t* labels, O* loss) {
+  using V = acc_t<Acc>;
   const int lane = static_cast<int>(threadIdx.x);
-  Acc s = 0;
-  for (index_t i = lane; i < rows; i += 32) s += -ew_detail::load<Acc>(x + i * s0 + labels[i] * s1);
-  for (int w = 16; w > 0; w /= 2) s += __shfl_down_sync(0xffffffffu, s, w);
-  if (lane == 0) ew_detail::store(loss, Acc(s / static_cast<Acc>(rows)));
+  V s = 0;
+  for (index_t i = lane; i < rows; i += 32) s += -ew_detail::load<V>(x + i * s0 + labels[i] * s1);
+  for (int w = 16; w > 0; w /= 2) s += acc_math::shfl_down(s, w);
+  if (lane == 0) ew_detail::store(loss, V(s / V(rows)));
 }
 
 /// nll's gradient: a thread per row, gx[i, labels[i]] -= gloss / rows in R.
@@ -130,7 +134,7 @@ inline void check_labels(const char* op, std::span<const std::int64_t> labels, i
 template <class Acc, class O, class X>
 void cross_entropy_forward(cudaStream_t stream, const char* op, const DeviceView<X>& x, const std::int64_t* labels, Acc* lse,
                            Acc* terms, const DeviceView<O>& loss) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::cross_entropy: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::cross_entropy: Acc is double, float, precis::half or precis::bfloat16");
   if (x.rank() != 2 || x.shape()[0] < 1 || x.shape()[1] < 1 || loss.size() != 1) {
     throw shape_error(std::string(op) + ": logits " + x.shape().str() + " and a loss of shape " + loss.shape().str() +
                       "; expected logits [rows >= 1, classes >= 1] and one loss element");
@@ -166,7 +170,7 @@ void cross_entropy_backward(cudaStream_t stream, const char* op, const DeviceVie
 /// labels on the device, checked where the host had them), on `stream`.
 template <class Acc, class O, class X>
 void nll_forward(cudaStream_t stream, const DeviceView<X>& x, const std::int64_t* labels, const DeviceView<O>& loss) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::nll: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::nll: Acc is double, float, precis::half or precis::bfloat16");
   if (x.rank() != 2 || x.shape()[0] < 1 || loss.size() != 1) {
     throw shape_error("precis::nll: input " + x.shape().str() + " and a loss of shape " + loss.shape().str() +
                       "; expected [rows >= 1, classes] and one loss element");

@@ -19,6 +19,7 @@
 #include <string>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/elementwise.cuh"
 
 namespace precis::cuda {
@@ -52,9 +53,9 @@ __global__ void sum_kernel(O* to, const S* from, layout l, index_t outputs) {
   const auto warps = static_cast<index_t>(gridDim.x) * (blockDim.x / 32);
   for (index_t o = warp; o < outputs; o += warps) {
     const S* base = from + offset(o, l.kept, l.kept_shape, l.kept_from);
-    Acc acc = 0;
-    for (index_t t = lane; t < l.m; t += 32) acc += ew_detail::load<Acc>(base + offset(t, l.reduced, l.red_shape, l.red_from));
-    for (int w = 16; w > 0; w /= 2) acc += __shfl_down_sync(0xffffffffu, acc, w);  // pairwise, fixed order
+    acc_t<Acc> acc = 0;
+    for (index_t t = lane; t < l.m; t += 32) acc += ew_detail::load<acc_t<Acc>>(base + offset(t, l.reduced, l.red_shape, l.red_from));
+    for (int w = 16; w > 0; w /= 2) acc += acc_math::shfl_down(acc, w);  // pairwise, fixed order
     if (lane == 0) ew_detail::store(to + offset(o, l.kept, l.kept_shape, l.kept_to), acc);
   }
 }
@@ -62,13 +63,14 @@ __global__ void sum_kernel(O* to, const S* from, layout l, index_t outputs) {
 }  // namespace reduce_detail
 
 /// to = the sum of `from` over the axes along which to's shape broadcasts to from's (NumPy
-/// rules; to's missing leading axes and its extent-1 axes), in Acc (float or double), rounded
-/// once into to's format; on `stream`, asynchronously. Formats fp64, fp32, fp16, bf16. A to
-/// whose shape does not broadcast to from's is a shape_error naming `op`; to overlapping from,
-/// or with a zero-stride axis, an aliasing_error.
+/// rules; to's missing leading axes and its extent-1 axes), in Acc (double, float, or fp16 /
+/// bf16 with every partial sum rounded into it: acc_t), rounded once into to's format; on
+/// `stream`, asynchronously. Formats fp64, fp32, fp16, bf16. A to whose shape does not
+/// broadcast to from's is a shape_error naming `op`; to overlapping from, or with a zero-stride
+/// axis, an aliasing_error.
 template <class Acc, class O, class S>
 void sum_into(cudaStream_t stream, const char* op, const DeviceView<O>& to, const DeviceView<S>& from) {
-  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, double>, "precis::cuda::sum_into: Acc is float or double");
+  static_assert(acc_format<Acc>, "precis::cuda::sum_into: Acc is double, float, precis::half or precis::bfloat16");
   static_assert(!std::is_const_v<O>, "precis::cuda::sum_into: the output view must be writable");
   static_assert(ew_detail::format<O> && ew_detail::format<precis::detail::remove_const_t<S>>,
                 "precis::cuda::sum_into: formats fp64, fp32, fp16, bf16");
