@@ -32,9 +32,11 @@
 //
 // --device cuda (a build with CUDA, fashion_mnist/device_runs.cu and device_cnn_vit.cu): the
 // models on the GPU, their parameters, tape and optimizer step on the device: the MLP under
-// 32-true, 64-true, bf16-mixed and 16-mixed, the CNN and the ViT under the CPU plan's 32-true,
-// bf16-mixed and 16-mixed, one run at a time; the same seed, data order, schedule and scaler as
-// on the CPU, and the memory column is GPU memory. Exits 77 where there is no GPU.
+// every policy but the fp8 ones (the emulated 16-bit "-true" ones accumulating in fp16 / bf16
+// there too), the CNN and the ViT under the CPU plan's 32-true, bf16-mixed and 16-mixed (with
+// --policies also bf16-true, bf16-true+sr and 16-true), one run at a time; the same seed, data
+// order, schedule and scaler as on the CPU, and the memory column is GPU memory. Exits 77 where
+// there is no GPU.
 //
 // LIST is comma-separated from: 32-true 64-true bf16-mixed 16-mixed fp8-mixed fp8-mixed/unscaled
 // bf16-true bf16-true+sr 16-true (default: all, in that order). fp8-mixed/unscaled is
@@ -255,8 +257,9 @@ const char* program_note() {
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
                "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n"
-               "  --device cuda: on the GPU, one run at a time: the MLP under 32-true, 64-true, bf16-mixed and 16-mixed,\n"
-               "  the CNN and the ViT under 32-true, bf16-mixed and 16-mixed (a build with CUDA; memory is GPU memory)\n",
+               "  --device cuda: on the GPU, one run at a time: the MLP under every policy but fp8-mixed(/unscaled),\n"
+               "  the CNN and the ViT under 32-true, bf16-mixed and 16-mixed (--policies: also bf16-true, bf16-true+sr\n"
+               "  and 16-true); a build with CUDA; memory is GPU memory\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str(), program_note());
   std::exit(help ? 0 : 2);
 }
@@ -331,10 +334,11 @@ settings parse(int argc, char** argv) {
   if (st.cuda) {  // the models under the policies the device has, one run at a time
     for (const auto& p : st.policies) {
       for (const auto& m : st.models) {
-        const auto& on_device = m == "mlp" ? device_policies : conv_default_policies;
+        const auto& on_device = m == "mlp" ? device_policies : device_conv_policies;
         if (std::find(on_device.begin(), on_device.end(), p) == on_device.end()) {
-          usage("--device cuda: the " + m + " does not train under " + p + " on the device (it has " +
-                (m == "mlp" ? "32-true, 64-true, bf16-mixed and 16-mixed" : "32-true, bf16-mixed and 16-mixed") + ")");
+          std::string has;
+          for (std::size_t k = 0; k < on_device.size(); ++k) has += (k == 0 ? "" : k + 1 == on_device.size() ? " and " : ", ") + on_device[k];
+          usage("--device cuda: the " + m + " does not train under " + p + " on the device (it has " + has + ")");
         }
       }
     }

@@ -1,7 +1,8 @@
 // The CNN and the ViT trained on the GPU (train_fashion_mnist --device cuda), the loop of
 // device_train.cuh under the CPU plan's policies for them: 32-true, bf16-mixed and 16-mixed
-// (with dynamic loss scaling). Their own translation unit, so that a 2-core build compiles it
-// beside the MLP's.
+// (with dynamic loss scaling); with --policies also bf16-true, bf16-true+sr and 16-true (the
+// full CPU program's). Their own translation unit, so that a 2-core build compiles it beside
+// the MLP's.
 #include "device_train.cuh"
 
 namespace fashion_mnist {
@@ -10,10 +11,14 @@ namespace {
 template <template <class> class Model>
 result run_model(const request& q) {
   using device_detail::train_on_device;
-  if (q.policy == "32-true") return train_on_device<Model, pol::named<"32-true">>(q);
-  if (q.policy == "bf16-mixed") return train_on_device<Model, pol::named<"bf16-mixed">>(q);
-  if (q.policy == "16-mixed") return train_on_device<Model, pol::named<"16-mixed">>(q, optim::DynamicLossScaler{});
-  throw precis::usage_error("train_fashion_mnist: --device cuda: the " + q.model + " trains under 32-true, bf16-mixed and 16-mixed on the device, not " + q.policy);
+  constexpr auto nearest = optim::update_rounding::nearest;
+  if (q.policy == "32-true") return train_on_device<Model, pol::named<"32-true">>(q, nearest);
+  if (q.policy == "bf16-mixed") return train_on_device<Model, pol::named<"bf16-mixed">>(q, nearest);
+  if (q.policy == "16-mixed") return train_on_device<Model, pol::named<"16-mixed">>(q, nearest, optim::DynamicLossScaler{});
+  if (q.policy == "bf16-true") return train_on_device<Model, pol::named<"bf16-true">>(q, nearest);
+  if (q.policy == "bf16-true+sr") return train_on_device<Model, pol::named<"bf16-true">>(q, optim::update_rounding::stochastic);
+  if (q.policy == "16-true") return train_on_device<Model, pol::named<"16-true">>(q, nearest);
+  throw precis::usage_error("train_fashion_mnist: --device cuda: the " + q.model + " does not train under " + q.policy + " on the device");
 }
 }  // namespace
 

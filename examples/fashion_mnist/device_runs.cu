@@ -1,5 +1,6 @@
 // The MLP trained on the GPU (train_fashion_mnist --device cuda), the loop of device_train.cuh
-// under 32-true, 64-true, bf16-mixed and 16-mixed; the CNN and the ViT are in device_cnn_vit.cu.
+// under 32-true, 64-true, bf16-mixed, 16-mixed, bf16-true (update rounding to nearest, and
+// stochastic: bf16-true+sr) and 16-true; the CNN and the ViT are in device_cnn_vit.cu.
 // Registers the device runs and the GPU's name with the program.
 #include "device_train.cuh"
 
@@ -14,10 +15,14 @@ using device_detail::train_on_device;
 
 result device_run(const request& q) {
   if (q.model != "mlp") return run_cnn_vit_on_device(q);
-  if (q.policy == "32-true") return train_on_device<Mlp, pol::named<"32-true">>(q);
-  if (q.policy == "64-true") return train_on_device<Mlp, pol::named<"64-true">>(q);
-  if (q.policy == "bf16-mixed") return train_on_device<Mlp, pol::named<"bf16-mixed">>(q);
-  if (q.policy == "16-mixed") return train_on_device<Mlp, pol::named<"16-mixed">>(q, optim::DynamicLossScaler{});
+  constexpr auto nearest = optim::update_rounding::nearest;
+  if (q.policy == "32-true") return train_on_device<Mlp, pol::named<"32-true">>(q, nearest);
+  if (q.policy == "64-true") return train_on_device<Mlp, pol::named<"64-true">>(q, nearest);
+  if (q.policy == "bf16-mixed") return train_on_device<Mlp, pol::named<"bf16-mixed">>(q, nearest);
+  if (q.policy == "16-mixed") return train_on_device<Mlp, pol::named<"16-mixed">>(q, nearest, optim::DynamicLossScaler{});
+  if (q.policy == "bf16-true") return train_on_device<Mlp, pol::named<"bf16-true">>(q, nearest);
+  if (q.policy == "bf16-true+sr") return train_on_device<Mlp, pol::named<"bf16-true">>(q, optim::update_rounding::stochastic);
+  if (q.policy == "16-true") return train_on_device<Mlp, pol::named<"16-true">>(q, nearest);
   throw precis::usage_error("train_fashion_mnist: --device cuda: policy " + q.policy + " is not on the device");
 }
 

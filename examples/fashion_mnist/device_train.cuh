@@ -39,8 +39,11 @@ class stream_owner {
   cudaStream_t s_ = nullptr;
 };
 
+/// The run of q.model under P on the GPU, with the update rounding `how` of parameters kept
+/// without masters (the "-true" policies: nearest, or stochastic for bf16-true+sr) and the loss
+/// scaler `scaler` (none: the policy's default).
 template <template <class> class Model, class P, class... Scaler>
-result train_on_device(const request& q, const Scaler&... scaler) {
+result train_on_device(const request& q, optim::update_rounding how, const Scaler&... scaler) {
   using D = pc::on_device<P>;
   using S = typename P::param_type;
   using G = grad_storage_t<P, S>;
@@ -55,7 +58,7 @@ result train_on_device(const request& q, const Scaler&... scaler) {
   const pc::device_backend on_stream{stream.get()};
   Model<D> net(st.seed);  // the CPU run's initial bits, uploaded
   const double lr = st.lr > 0 ? st.lr : Model<P>::lr;
-  Opt opt(net, Model<P>::training::make(lr), scaler..., typename Opt::options{.stream = stream.get()});
+  Opt opt(net, Model<P>::training::make(lr), scaler..., typename Opt::options{.stream = stream.get(), .rounding = how});
   const TensorView<const double> seed(opt.device_scale(), Shape{});
 
   const index_t n = q.tr.images.shape()[0], steps_per_epoch = n / st.batch;

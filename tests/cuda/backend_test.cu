@@ -342,7 +342,7 @@ void tape_on_device(const char* name) {
   const auto host = run_model<P, false>();
   const auto dev = run_model<pc::on_device<P>, true>();
   const double us = std::max(precis::format_traits<typename P::activation_type>::unit_roundoff(), precis::format_traits<S>::unit_roundoff());
-  const double u = std::ldexp(1.0, -24), g20 = 20 * u / (1 - 20 * u);
+  const double u = precis::format_traits<typename P::high_type>::unit_roundoff(), g20 = 20 * u / (1 - 20 * u);  // the accumulator's
   const double tol = 2 * (14 * us + 2 * g20);
   check(std::fabs(dev.loss - host.loss) <= tol * std::fabs(host.loss),
         std::string(name) + " tape on device: loss " + std::to_string(dev.loss) + " vs the host's " + std::to_string(host.loss));
@@ -505,7 +505,8 @@ void long_reductions(const char* name) {
 }
 
 /// x [3, 2, 9, 9] -> conv2d 3x3 pad 1 with bias -> batch_norm in training (running estimates
-/// in the backend's memory) -> relu -> a 2 x 2 max pool, a padded 3 x 3 stride-2 max pool and avg
+/// in the backend's memory; under the 16-bit "-true" policies, which have no batch norm, a
+/// per-channel scale and shift of the same parameters, here and below) -> relu -> a 2 x 2 max pool, a padded 3 x 3 stride-2 max pool and avg
 /// pool -> a grouped strided conv of the last two's sum, a dilated conv of the first, bmm with
 /// a [16, 5] weight, batch_norm in evaluation: their sum's loss and gradients (seed 2), and the
 /// running estimates after the step (appended as one more "gradient").
@@ -549,15 +550,27 @@ model_result run_convolutions() {
       return tape.param(values[i].view(), host_grads[i].view());
     }
   };
+  // batch norm where the host has it (an fp32 or fp64 accumulator); under the 16-bit "-true"
+  // policies, whose batch norm the host refuses, a per-channel affine map of the same parameters
+  constexpr bool with_bn = std::is_same_v<precis::detail::ad::arith_t<typename P::high_type>, typename P::high_type>;
+  const auto norm = [&](auto v, std::size_t gi, bool training, precis::Tensor<double>& hm, pc::DeviceTensor<double>& dm,
+                        precis::Tensor<double>& hv, pc::DeviceTensor<double>& dv) {
+    if constexpr (with_bn) {
+      return precis::batch_norm(v, bind(gi), bind(gi + 1), {training, 0.1, 1e-5, stats(hm, dm), stats(hv, dv)});
+    } else {
+      const Shape per_channel{shapes[gi][0], 1, 1};
+      return precis::mul(v, precis::reshape(bind(gi), per_channel)) + precis::reshape(bind(gi + 1), per_channel);
+    }
+  };
   const precis::pool2d_options padded{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   auto c = precis::conv2d(xv, bind(0), bind(1), precis::conv2d_options{.padding = {1, 1}});
-  auto h = precis::relu(precis::batch_norm(c, bind(2), bind(3), {true, 0.1, 1e-5, stats(rm, drm), stats(rv, drv)}));
+  auto h = precis::relu(norm(c, 2, true, rm, drm, rv, drv));
   auto p1 = precis::max_pool2d(h);
   auto q = precis::conv2d(precis::max_pool2d(h, padded) + precis::avg_pool2d(h, padded), bind(4),
                           precis::conv2d_options{.stride = {2, 2}, .padding = {1, 1}, .groups = 2});
   auto d = precis::conv2d(p1, bind(5), precis::conv2d_options{.padding = {2, 2}, .dilation = {2, 2}});
   auto bm = precis::bmm(precis::reshape(d, Shape{3, 4, 16}), bind(6));
-  auto qe = precis::batch_norm(q, bind(7), bind(8), {false, 0.1, 1e-5, stats(em, dem), stats(ev, dev)});
+  auto qe = norm(q, 7, false, em, dem, ev, dev);
   auto loss = precis::sum(precis::mul(q, q)) + precis::mean(precis::mul(bm, bm)) + precis::sum(p1) + precis::sum(qe);
   tape.backward(loss, 2.0);
   r.loss = loss.item();
@@ -707,7 +720,7 @@ void module_on_device(const char* name, cudaStream_t stream) {
   auto ld = precis::cross_entropy(dev_net(dt.input(x)), labels);
   dt.backward(ld);
   const double us = std::max(precis::format_traits<X>::unit_roundoff(), precis::format_traits<typename P::param_type>::unit_roundoff());
-  const double u = std::ldexp(1.0, -24), g48 = 48 * u / (1 - 48 * u);
+  const double u = precis::format_traits<typename P::high_type>::unit_roundoff(), g48 = 48 * u / (1 - 48 * u);  // the accumulator's
   const double tol = 2 * (6 * us + 2 * g48);
   const double lhv = lh.item(), ldv = ld.item();
   check(std::fabs(ldv - lhv) <= tol * std::fabs(lhv),
@@ -786,10 +799,13 @@ int run_device() {
   tape_on_device<precis::policy::named<"32-true">>("32-true");
   tape_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   tape_on_device<precis::policy::named<"16-mixed">>("16-mixed");
+  tape_on_device<precis::policy::named<"16-true">>("16-true");  // sums in fp16 on both sides
+  tape_on_device<precis::policy::named<"bf16-true">>("bf16-true");
   std::printf("Tape<cuda::on_device<P>>: a model of context-only ops matches the host tape's within its bound\n");
   reductions_on_device<precis::policy::named<"32-true">>("32-true");
   reductions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   reductions_on_device<precis::policy::named<"64-true">>("64-true");
+  reductions_on_device<precis::policy::named<"16-true">>("16-true");
   std::printf("sum, mean, norm, logsumexp, softmax, log_softmax, layer_norm, attention, max, min, nll, dropout, embedding and mse on the device: within their bound of the host's\n");
   long_reductions<precis::policy::named<"32-true">>("32-true");
   long_reductions<precis::policy::named<"64-true">>("64-true");
@@ -798,6 +814,7 @@ int run_device() {
   convolutions_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed");
   convolutions_on_device<precis::policy::named<"16-mixed">>("16-mixed");
   convolutions_on_device<precis::policy::named<"64-true">>("64-true");
+  convolutions_on_device<precis::policy::named<"16-true">>("16-true");
   std::printf("conv2d (grouped, strided, dilated), max and avg pool2d, batch_norm (training and evaluation) and bmm on the device: within their bound of the host's\n");
   cudaStream_t stream;
   pc::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -805,8 +822,11 @@ int run_device() {
   step_in_a_graph<precis::policy::named<"16-mixed">, mlp_48>("16-mixed MLP", stream);
   step_in_a_graph<precis::policy::named<"bf16-mixed">, small_cnn>("bf16-mixed CNN", stream);
   step_in_a_graph<precis::policy::named<"16-mixed">, small_cnn>("16-mixed CNN", stream);
+  step_in_a_graph<precis::policy::named<"bf16-true">, mlp_48>("bf16-true MLP", stream);
+  step_in_a_graph<precis::policy::named<"16-true">, mlp_48>("16-true MLP", stream);
   module_on_device<precis::policy::named<"32-true">>("32-true", stream);
   module_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
+  module_on_device<precis::policy::named<"16-true">>("16-true", stream);
   std::printf("nn modules on the device: the host's initial bits, gradients within the tape's bound\n");
   cudaStreamDestroy(stream);
   std::printf("a training step on the device (an MLP; a CNN with convolution, batch norm and pooling) is captured whole into a CUDA graph (no synchronization inside it)\n");

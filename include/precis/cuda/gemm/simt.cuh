@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "precis/cuda/accumulator.cuh"
 #include "precis/cuda/gemm/epilogue.cuh"
 
 namespace precis::cuda::detail {
@@ -34,12 +35,8 @@ __device__ __forceinline__ acc_reg_t<Acc> to_acc(W x) {
     return static_cast<double>(x);
   } else if constexpr (std::is_same_v<Acc, float>) {
     return static_cast<float>(x);  // from float: exact; from double: round to nearest even
-  } else if constexpr (std::is_same_v<Acc, precis::half>) {
-    if constexpr (std::is_same_v<W, float>) return __half2float(__float2half_rn(x));
-    else return __half2float(__ushort_as_half(round_bits<precis::half>(x, rounding::nearest_even, overflow::infinity, 0)));
   } else {
-    if constexpr (std::is_same_v<W, float>) return __bfloat162float(__float2bfloat16_rn(x));
-    else return __bfloat162float(__ushort_as_bfloat16(round_bits<precis::bfloat16>(x, rounding::nearest_even, overflow::infinity, 0)));
+    return acc_detail::round_to<Acc>(x);  // once, from the float or the double (accumulator.cuh)
   }
 }
 
