@@ -257,9 +257,9 @@ const char* program_note() {
                "  X: the learning rate the cosine decay starts from, for every model (default: each model's own:\n"
                "  MLP 0.05 and CNN 0.1 with SGD, ViT 3e-3 with AdamW)\n"
                "  T: threads in all (default: OpenMP's); J: runs at a time, T / J threads each (default: 2 where T >= 2)\n"
-               "  --device cuda: on the GPU, one run at a time: the MLP under every policy but fp8-mixed(/unscaled),\n"
-               "  the CNN and the ViT under 32-true, bf16-mixed and 16-mixed (--policies: also bf16-true, bf16-true+sr\n"
-               "  and 16-true); a build with CUDA; memory is GPU memory\n",
+               "  --device cuda: on the GPU, one run at a time: the MLP under every policy, the CNN and the ViT under\n"
+               "  32-true, bf16-mixed and 16-mixed (--policies: every policy but 64-true); a build with CUDA; memory is\n"
+               "  GPU memory\n",
                help ? "train every model under every precision policy on Fashion-MNIST" : why.c_str(), program_note());
   std::exit(help ? 0 : 2);
 }

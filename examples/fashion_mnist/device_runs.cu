@@ -1,6 +1,7 @@
 // The MLP trained on the GPU (train_fashion_mnist --device cuda), the loop of device_train.cuh
-// under 32-true, 64-true, bf16-mixed, 16-mixed, bf16-true (update rounding to nearest, and
-// stochastic: bf16-true+sr) and 16-true; the CNN and the ViT are in device_cnn_vit.cu.
+// under 32-true, 64-true, bf16-mixed, 16-mixed, fp8-mixed, fp8-mixed/unscaled (scales and
+// casts on the device), bf16-true (update rounding to nearest, and stochastic: bf16-true+sr)
+// and 16-true: every CPU policy; the CNN and the ViT are in device_cnn_vit.cu.
 // Registers the device runs and the GPU's name with the program.
 #include "device_train.cuh"
 
@@ -20,6 +21,8 @@ result device_run(const request& q) {
   if (q.policy == "64-true") return train_on_device<Mlp, pol::named<"64-true">>(q, nearest);
   if (q.policy == "bf16-mixed") return train_on_device<Mlp, pol::named<"bf16-mixed">>(q, nearest);
   if (q.policy == "16-mixed") return train_on_device<Mlp, pol::named<"16-mixed">>(q, nearest, optim::DynamicLossScaler{});
+  if (q.policy == "fp8-mixed") return train_on_device<Mlp, pol::named<"fp8-mixed">>(q, nearest);
+  if (q.policy == "fp8-mixed/unscaled") return train_on_device<Mlp, pol::fp8_mixed_with<fp8::no_scaling>>(q, nearest);
   if (q.policy == "bf16-true") return train_on_device<Mlp, pol::named<"bf16-true">>(q, nearest);
   if (q.policy == "bf16-true+sr") return train_on_device<Mlp, pol::named<"bf16-true">>(q, optim::update_rounding::stochastic);
   if (q.policy == "16-true") return train_on_device<Mlp, pol::named<"16-true">>(q, nearest);

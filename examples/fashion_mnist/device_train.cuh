@@ -111,6 +111,11 @@ result train_on_device(const request& q, optim::update_rounding how, const Scale
     bar.epoch_done(e, r.final_loss, secs);
   }
   const auto status = opt.read_status();
+  if constexpr (pol::fp8_policy<P>) {  // every fp8 cast of the training steps (read from the device)
+    const auto tot = tape.fp8().totals();
+    r.fp8_saturated = tot.saturated_fraction();
+    r.fp8_flushed = tot.flushed_fraction();
+  }
   r.seconds_per_epoch = seconds / q.epochs;
   r.epochs = q.epochs;
   r.skipped = status.scaler.skipped;

@@ -464,13 +464,14 @@ result run_cnn_vit_mixed(const request& q);  // cnn_vit_mixed.cpp: the CNN and t
 /// (that file sets this pointer while the program starts); null in train_fashion_mnist.
 inline result (*run_cnn_vit_more)(const request& q) = nullptr;
 
-/// The policies --device cuda trains the MLP under: every policy but the fp8 ones (fp8 scaling
-/// is not on the device yet), the emulated 16-bit "-true" ones accumulating in fp16 / bf16 as
-/// on the CPU. The CNN and the ViT train under conv_default_policies by default, as on the CPU,
-/// and under device_conv_policies with --policies.
-inline const std::vector<std::string> device_policies = {"32-true",   "64-true",      "bf16-mixed", "16-mixed",
+/// The policies --device cuda trains the MLP under: every CPU policy, fp8's casts and scales on
+/// the device, the emulated 16-bit "-true" ones accumulating in fp16 / bf16 as on the CPU. The
+/// CNN and the ViT train under conv_default_policies by default, as on the CPU, and under
+/// device_conv_policies with --policies.
+inline const std::vector<std::string> device_policies = {"32-true",   "64-true",      "bf16-mixed", "16-mixed", "fp8-mixed", "fp8-mixed/unscaled",
                                                          "bf16-true", "bf16-true+sr", "16-true"};
-inline const std::vector<std::string> device_conv_policies = {"32-true", "bf16-mixed", "16-mixed", "bf16-true", "bf16-true+sr", "16-true"};
+inline const std::vector<std::string> device_conv_policies = {"32-true",   "bf16-mixed",   "16-mixed", "fp8-mixed", "fp8-mixed/unscaled",
+                                                              "bf16-true", "bf16-true+sr", "16-true"};
 /// device_runs.cu, built with CUDA: a run on the GPU (--device cuda; the CNN and the ViT in
 /// device_cnn_vit.cu), and the GPU's name ("" when there is none); both null in a build without
 /// CUDA (the file sets them while the program starts).

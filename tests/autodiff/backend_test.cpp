@@ -139,13 +139,14 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     return op::cpu::as<L>(x, for_backward);
   }
-  template <class F8, class S, class C>
-  TensorView<const F8> cast_fp8(const TensorView<S, C>& x, fp8::tensor_scaling<F8>& ts, float& scale, bool for_backward) const {
+  template <fp8::operand R, class S, class C>
+  auto cast_fp8(const TensorView<S, C>& x, fp8::gemm_scaling& g, fp8::scale_ref& scale, bool for_backward) const {
     fence::open o;
-    return op::cpu::cast_fp8(x, ts, scale, for_backward);
+    return op::cpu::cast_fp8<R>(x, g, scale, for_backward);
   }
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
-  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add,
+            const fp8::gemm_alpha& alpha = 1.0) const {
     fence::open o;
     op::cpu::gemm<Acc>(c, a, b, add, alpha);
   }

@@ -47,12 +47,30 @@ class Tape;
 
 namespace detail {
 struct no_fp8_state {};
+/// The fp8 scaling state of a Tape<P>: none without an fp8 recipe; the backend's own when it
+/// keeps the scales itself (B::fp8_state, built from the recipe and the backend: a device's
+/// scales live in device memory); fp8::scaling_state otherwise.
+template <class P, class B = backend_t<P>>
+struct fp8_state_of {
+  using type = no_fp8_state;
+};
+template <class P, class B>
+  requires policy::fp8_policy<P>
+struct fp8_state_of<P, B> {
+  using type = fp8::scaling_state;
+};
+template <class P, class B>
+  requires policy::fp8_policy<P> && requires { typename B::fp8_state; }
+struct fp8_state_of<P, B> {
+  using type = typename B::fp8_state;
+};
 template <class P>
-using fp8_state_t = std::conditional_t<policy::fp8_policy<P>, fp8::scaling_state, no_fp8_state>;
-template <class P>
-fp8_state_t<P> make_fp8_state() {
-  if constexpr (policy::fp8_policy<P>) return fp8_state_t<P>(fp8::recipe(typename P::fp8_recipe{}));
-  else return {};
+using fp8_state_t = typename fp8_state_of<P>::type;
+template <class P, class B>
+fp8_state_t<P> make_fp8_state([[maybe_unused]] const B& backend) {
+  if constexpr (!policy::fp8_policy<P>) return {};
+  else if constexpr (requires { typename B::fp8_state; }) return fp8_state_t<P>(fp8::recipe(typename P::fp8_recipe{}), backend);
+  else return fp8_state_t<P>(fp8::recipe(typename P::fp8_recipe{}));
 }
 
 }  // namespace detail
@@ -189,7 +207,7 @@ class Tape {
       : backend_(std::move(backend)),
         arena_(backend_.make_arena(arena_bytes)),
         scratch_(backend_.make_arena(0)),
-        fp8_(detail::make_fp8_state<P>()) {
+        fp8_(detail::make_fp8_state<P>(backend_)) {
     slots_.reserve(256);
     nodes_.reserve(256);
   }
@@ -319,13 +337,14 @@ class Tape {
   }
 
   /// The fp8 scaling state of an fp8 policy's tape: one entry per fp8 GEMM of a step, in
-  /// recording order (fp8/scaling.hpp). reset() closes each step (fp8::scaling_state::end_step).
-  fp8::scaling_state& fp8() noexcept
+  /// recording order (fp8/scaling.hpp; a device backend's: precis::cuda::fp8_scaling_state).
+  /// reset() closes each step (end_step).
+  detail::fp8_state_t<P>& fp8() noexcept
     requires policy::fp8_policy<P>
   {
     return fp8_;
   }
-  const fp8::scaling_state& fp8() const noexcept
+  const detail::fp8_state_t<P>& fp8() const noexcept
     requires policy::fp8_policy<P>
   {
     return fp8_;
@@ -420,7 +439,7 @@ class Tape {
   /// An op's context on this tape's memory: temporaries from scratch(), kept memory from
   /// arena(); `saving` when the forward's saved state will be used.
   auto context(bool saving) {
-    fp8::scaling_state* f8 = nullptr;
+    std::conditional_t<policy::fp8_policy<P>, detail::fp8_state_t<P>, fp8::scaling_state>* f8 = nullptr;
     if constexpr (policy::fp8_policy<P>) f8 = &fp8_;
     return backend_.template context<P>(scratch_, arena_, saving, f8);
   }

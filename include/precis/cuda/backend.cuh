@@ -9,7 +9,9 @@
 //   precis::op::relu::forward<T>(ctx, {}, y, saved, x);   // y, x: TensorViews of device memory
 //
 // TensorViews handed to this context point to device memory and are never dereferenced on the
-// host. What it does not have yet: fp8 scaling (fp8_gemm and cast_fp8 throw).
+// host. Under an fp8 policy the GEMM ops' casts, scales and statistics stay on the device
+// (precis::cuda::fp8_scaling_state, cuda/fp8.cuh): a GEMM reads the scales its operands were
+// cast with when it runs.
 //
 // The same context behind a tape: precis::cuda::device_backend, named by the policy wrapper
 // precis::cuda::on_device<P>, puts a Tape's values, gradients and temporaries in device memory
@@ -41,6 +43,7 @@
 #include "precis/cuda/device.cuh"
 #include "precis/cuda/elementwise.cuh"
 #include "precis/cuda/fiber.cuh"
+#include "precis/cuda/fp8.cuh"
 #include "precis/cuda/gemm.cuh"
 #include "precis/cuda/loss.cuh"
 #include "precis/cuda/reduce.cuh"
@@ -150,8 +153,10 @@ namespace precis::op {
 /// stream.
 class cuda : public fresh_tracking<cuda> {
  public:
-  cuda(precis::cuda::DeviceArena& temp, precis::cuda::DeviceArena& keep, bool saving, cudaStream_t stream = nullptr) noexcept
-      : temp_(&temp), keep_(&keep), saving_(saving), stream_(stream) {}
+  /// fp8: the scaling state of an fp8 policy's tape (null otherwise).
+  cuda(precis::cuda::DeviceArena& temp, precis::cuda::DeviceArena& keep, bool saving, cudaStream_t stream = nullptr,
+       precis::cuda::fp8_scaling_state* fp8 = nullptr) noexcept
+      : temp_(&temp), keep_(&keep), saving_(saving), stream_(stream), fp8_(fp8) {}
 
   bool saving() const noexcept { return saving_; }
   cudaStream_t stream() const noexcept { return stream_; }
@@ -190,24 +195,44 @@ class cuda : public fresh_tracking<cuda> {
     return out.as_const();
   }
 
+  /// The fp8 scaling entry of the next fp8 GEMM op `name` of this step.
   fp8::gemm_scaling& fp8_gemm(std::string_view name) const {
-    throw invalid_argument("precis::" + std::string(name) + ": fp8 scaling is not on the device backend yet");
+    if (fp8_ == nullptr) throw invalid_argument("precis::" + std::string(name) + ": an fp8 GEMM without fp8 scaling state");
+    return fp8_->next(name);
   }
-  template <class F8, class S, class C>
-  TensorView<const F8> cast_fp8(const TensorView<S, C>&, fp8::tensor_scaling<F8>&, float&, bool) const {
-    throw invalid_argument("precis::cuda backend: fp8 casts are not on the device backend yet");
+  /// x cast to fp8 on the device by entry g's scaling of operand R (fp8_scaling_state::cast),
+  /// as a contiguous view kept for the backward when `for_backward` and saving(); `scale` gets
+  /// the address of the device float holding the scale used (kept as long as the view).
+  template <fp8::operand R, class S, class C>
+  TensorView<const fp8::operand_format_t<R>> cast_fp8(const TensorView<S, C>& x, fp8::gemm_scaling& g, fp8::scale_ref& scale,
+                                                      bool for_backward) const {
+    using F8 = fp8::operand_format_t<R>;
+    if (fp8_ == nullptr) throw invalid_argument("precis::cuda backend: an fp8 cast without fp8 scaling state");
+    const auto xd = as<precis::detail::remove_const_t<S>>(x, false);
+    const bool kept = for_backward && saving_;
+    const auto out = kept ? keep<F8>(x.shape()) : temp<F8>(x.shape());
+    float* used = (kept ? keep_ : temp_)->template allocate_array<float>(1);
+    fp8_->cast<R>(g.index, xd.data(), xd.size(), out.data(), used, stream_);
+    scale.value = 1.0f;
+    scale.device = used;
+    return out.as_const();
   }
 
   /// c = alpha a b (+ c when add) with precis::cuda::gemm, accumulating in Acc (by default c's
-  /// own type, as op::cpu) and rounding once into c.
+  /// own type, as op::cpu) and rounding once into c; alpha's device divisors (the scales of
+  /// fp8 operands) are read by the kernel.
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
-  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add,
+            const fp8::gemm_alpha& alpha = 1.0) const {
     using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
     if (take_fresh(c)) add = false;
     precis::cuda::gemm_options opt;
     opt.stream = stream_;
-    precis::cuda::gemm<A>(static_cast<A>(alpha), precis::cuda::device_view(a), precis::cuda::device_view(b), add ? A(1) : A(0),
-                          precis::cuda::device_view(c), precis::cuda::epilogue<float>{}, opt);
+    precis::cuda::epilogue<float> ep;
+    ep.divide_by[0] = alpha.divide_by[0];
+    ep.divide_by[1] = alpha.divide_by[1];
+    precis::cuda::gemm<A>(static_cast<A>(alpha.value), precis::cuda::device_view(a), precis::cuda::device_view(b), add ? A(1) : A(0),
+                          precis::cuda::device_view(c), ep, opt);
   }
 
   /// y = f(x...) element-wise on the device (precis::cuda::map_into), in A's device arithmetic
@@ -463,6 +488,7 @@ class cuda : public fresh_tracking<cuda> {
   precis::cuda::DeviceArena* keep_;
   bool saving_;
   cudaStream_t stream_;
+  precis::cuda::fp8_scaling_state* fp8_;
 };
 
 }  // namespace precis::op
@@ -490,13 +516,16 @@ using word_t = std::conditional_t<N == 1, std::uint8_t,
 struct device_backend {
   using arena_type = DeviceArena;
   static constexpr bool host_memory = false;
+  /// An fp8 policy's tape keeps its scales in device memory.
+  using fp8_state = fp8_scaling_state;
   cudaStream_t stream = nullptr;
 
   static DeviceArena make_arena(std::size_t bytes) { return bytes > 0 ? DeviceArena(bytes) : DeviceArena(); }
-  template <class P>
-  op::cuda context(DeviceArena& temp, DeviceArena& keep, bool saving, fp8::scaling_state*) const noexcept {
-    static_assert(!policy::fp8_policy<P>, "precis::cuda::device_backend: fp8 scaling is not on the device backend yet");
-    return op::cuda(temp, keep, saving, stream);
+  /// f8: the tape's fp8_scaling_state under an fp8 policy (a null pointer of any type otherwise).
+  template <class P, class F8State>
+  op::cuda context(DeviceArena& temp, DeviceArena& keep, bool saving, F8State* f8) const noexcept {
+    if constexpr (policy::fp8_policy<P>) return op::cuda(temp, keep, saving, stream, f8);
+    else return op::cuda(temp, keep, saving, stream);
   }
   void zero_bytes(void* p, std::size_t n) const {
     check(cudaMemsetAsync(p, 0, n, stream), "precis::cuda::device_backend: cudaMemsetAsync of " + std::to_string(n) + " bytes");

@@ -364,6 +364,8 @@ epilogue_desc<W> make_epilogue_desc(const Acc& alpha, const Acc& beta, const Dev
   p.ov = ep.ov;
   p.seed = ep.seed;
   p.offset = ep.offset;
+  p.div0 = ep.divide_by[0];
+  p.div1 = ep.divide_by[1];
   p.plain = ep.mode == rounding::nearest_even && ep.ov == overflow::infinity && p.beta == W(0) && p.bias == nullptr &&
             ep.act == activation::none && (p.out == value_format::f32 || p.out == value_format::f16 || p.out == value_format::bf16);
   p.pairs = p.cs == 1 && p.rs % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.c) % (2 * sizeof(Out)) == 0;

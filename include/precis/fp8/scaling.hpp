@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "precis/config.hpp"
 #include "precis/error.hpp"
 #include "precis/format/all.hpp"
 #include "precis/format/convert.hpp"
@@ -53,16 +54,31 @@ constexpr float max_finite() {
   return static_cast<float>(format_traits<F8>::max_finite());
 }
 
+namespace detail {
+
+/// scale_for's arithmetic, for the host and for device code (a device backend's casts choose
+/// their scales on the device): fp8_max / amax / 2^margin in double, rounded once to fp32.
+PRECIS_HOST_DEVICE inline float scale_from_amax(float amax, float fp8_max, int margin, float previous, bool power_of_two) {
+  constexpr float flt_max = 3.40282346638528859812e+38f;
+  if (!(amax > 0.0f) || !(amax <= flt_max)) return previous;  // zero, NaN or infinite
+  double s = static_cast<double>(fp8_max) / static_cast<double>(amax) / ::ldexp(1.0, margin);
+  if (power_of_two) {  // s = m 2^e with m in [0.5, 1): the largest power of two not above s is 2^(e-1)
+    int e = 0;
+    (void)::frexp(s, &e);
+    s = ::ldexp(1.0, e - 1);
+  }
+  const auto f = static_cast<float>(s);
+  return f <= flt_max ? f : flt_max;
+}
+
+}  // namespace detail
+
 /// scale = fp8_max / amax / 2^margin (rounded to the largest power of two not above it when
 /// power_of_two); `previous` where amax is 0 or not finite; FLT_MAX where the quotient is not
 /// finite.
 template <class F8>
 float scale_for(float amax, int margin, float previous, bool power_of_two = false) {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
-  double s = static_cast<double>(max_finite<F8>()) / static_cast<double>(amax) / std::ldexp(1.0, margin);
-  if (power_of_two) s = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(s))));
-  const auto f = static_cast<float>(s);
-  return std::isfinite(f) ? f : std::numeric_limits<float>::max();
+  return detail::scale_from_amax(amax, max_finite<F8>(), margin, previous, power_of_two);
 }
 
 enum class amax_reduction { max, most_recent };
@@ -404,6 +420,13 @@ class tensor_scaling {
   float last_scale() const noexcept { return last_scale_; }
   const telemetry& total() const noexcept { return total_; }
   void reset_telemetry() noexcept { total_ = {}; }
+  /// Installs the statistics of casts made elsewhere: a device backend casts on the device and
+  /// keeps this state there, copying it here when asked (precis::cuda::fp8_scaling_state).
+  void install(const cast_stats& last, float last_scale, const telemetry& total) noexcept {
+    last_ = last;
+    last_scale_ = last_scale;
+    total_ = total;
+  }
 
  private:
   /// choose() given the values' own amax (used by the current recipe only).
@@ -431,14 +454,55 @@ class tensor_scaling {
   telemetry total_{};
 };
 
+/// The three scaled tensors of an fp8 GEMM op.
+enum class operand { input, weight, grad_output };
+/// The format each is cast to: e4m3 for the forward operands, e5m2 for the output gradient.
+template <operand R>
+using operand_format_t = std::conditional_t<R == operand::grad_output, float8_e5m2, float8_e4m3>;
+
 /// The three scaled tensors of one fp8 GEMM op (matmul, linear, conv2d): its two forward
-/// operands in e4m3 and its output gradient in e5m2 (the hybrid format recipe).
+/// operands in e4m3 and its output gradient in e5m2 (the hybrid format recipe). `index` is the
+/// entry's position in its step (scaling_state::next).
 struct gemm_scaling {
   std::string op;
   tensor_scaling<float8_e4m3> input, weight;
   tensor_scaling<float8_e5m2> grad_output;
-  gemm_scaling(std::string op_name, const recipe& r) : op(std::move(op_name)), input(r), weight(r), grad_output(r) {}
+  std::size_t index = 0;
+  gemm_scaling(std::string op_name, const recipe& r, std::size_t position = 0)
+      : op(std::move(op_name)), input(r), weight(r), grad_output(r), index(position) {}
+
+  template <operand R>
+  tensor_scaling<operand_format_t<R>>& scaling() noexcept {
+    if constexpr (R == operand::input) return input;
+    else if constexpr (R == operand::weight) return weight;
+    else return grad_output;
+  }
 };
+
+/// The scale a cast used, where its backend keeps it: on the host its value; on a device
+/// backend, whose casts choose their scales on the device, the address of the device float the
+/// cast wrote (value stays 1), so that no step waits for the device.
+struct scale_ref {
+  float value = 1.0f;
+  const float* device = nullptr;
+};
+
+/// The alpha of a GEMM of scaled operands: value / (*divide_by[0] * *divide_by[1]), a missing
+/// divisor counting as 1, computed in double and rounded once to the GEMM's epilogue type. The
+/// host's divisors are folded into value; a device backend's are read by the GEMM kernel.
+struct gemm_alpha {
+  double value = 1.0;
+  const float* divide_by[2] = {nullptr, nullptr};
+  gemm_alpha(double v = 1.0) noexcept : value(v) {}  // NOLINT: a plain alpha converts
+};
+
+/// 1 / (a b) for the scales of a GEMM's two operands.
+inline gemm_alpha descale(const scale_ref& a, const scale_ref& b) noexcept {
+  gemm_alpha r(1.0 / (static_cast<double>(a.value) * static_cast<double>(b.value)));
+  r.divide_by[0] = a.device;
+  r.divide_by[1] = b.device;
+  return r;
+}
 
 /// The fp8 scaling state of a tape (Tape<P>::fp8() under an fp8 policy): one gemm_scaling per
 /// fp8 GEMM op, assigned in the order the ops are recorded in a step (the k-th fp8 GEMM of every
@@ -456,7 +520,7 @@ class scaling_state {
   /// The entry of the next fp8 GEMM of this step (created on first use). An entry recorded for
   /// another op is an invalid_argument: the step records a different graph than earlier steps.
   gemm_scaling& next(std::string_view op) {
-    if (cursor_ == gemms_.size()) gemms_.emplace_back(std::string(op), recipe_);
+    if (cursor_ == gemms_.size()) gemms_.emplace_back(std::string(op), recipe_, cursor_);
     gemm_scaling& g = gemms_[cursor_];
     if (g.op != op) {
       throw invalid_argument("precis::fp8::scaling_state: fp8 GEMM " + std::to_string(cursor_) + " of this step is " +
@@ -505,6 +569,12 @@ class scaling_state {
 
   std::size_t size() const noexcept { return gemms_.size(); }
   const gemm_scaling& operator[](std::size_t i) const { return gemms_.at(i); }
+  gemm_scaling& operator[](std::size_t i) { return gemms_.at(i); }
+  /// The entries used so far in this step.
+  std::size_t used() const noexcept { return cursor_; }
+  /// Starts the next step at entry 0 without updating any scale: for a backend that keeps the
+  /// scales itself (precis::cuda::fp8_scaling_state); end_step() otherwise.
+  void rewind() noexcept { cursor_ = 0; }
 
   /// Casts counted since the last reset_telemetry(), over every tensor of every entry.
   telemetry totals() const {
@@ -589,7 +659,7 @@ class scaling_state {
     s.gemms.reserve(ops.size());
     for (std::size_t k = 0; k < ops.size(); ++k) {
       if (ops[k].empty()) r.fail("has no fp8 scaling records for entry " + std::to_string(k) + " of " + std::to_string(ops.size()));
-      s.gemms.emplace_back(ops[k], recipe_);
+      s.gemms.emplace_back(ops[k], recipe_, k);
       const auto get = [&](const char* t, auto& d) {
         const std::string name = entry_name(k, ops[k], t);
         r.copy(name, len, buf.data());

@@ -95,7 +95,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
     sv.x = detail::ad::gemm_operand<T, 0>(ctx, x, sv.sc);
     sv.w = detail::ad::gemm_operand<T, 1>(ctx, w, sv.sc);
-    const double alpha = 1.0 / (double(sv.sc.s0) * sv.sc.s1);
+    const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sv.sc.s1);
     const auto g = geometry_of(a, x.shape(), w.shape());
     const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
     const index_t nb = ctx.conv_images_per_batch(g.n, k, p);
@@ -151,7 +151,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto col = want_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
     const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
     // the GEMMs' copy of gy: cast to scaled e5m2 under an fp8 policy (the bias sums read gy)
-    float sg = 1.0f;
+    fp8::scale_ref sg;
     const auto gq = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
     using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
     // the weight gradient straight from gy and the columns where the types allow
@@ -175,11 +175,11 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
           if (!sv.cols) ctx.im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
-          const double alpha = 1.0 / (double(sv.sc.s0) * sg);
+          const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sg);
           if constexpr (direct_types) {
             if (direct_w) {
               ctx.weight_grad_direct(gq.data() + (n0 * oc_all + gi * og) * p, oc_all * p, og, cg_cols, k, count, p,
-                                              static_cast<float>(alpha), gw_acc.data() + gi * og * k, part.data(), tail_g.data(),
+                                              static_cast<float>(alpha.value), gw_acc.data() + gi * og * k, part.data(), tail_g.data(),
                                               tail_c.data());
             }
           }
@@ -190,7 +190,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         }
         if (want_x) {  // dcol = W_g^T dY_g, scattered back into the image
           const TensorView<Acc> dc(dcol.data(), Shape{k, cols});
-          ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false, 1.0 / (double(sv.sc.s1) * sg));
+          ctx.gemm(dc, TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(), gm, false, fp8::descale(sv.sc.s1, sg));
           ctx.col2im(g, dc.data(), gi * cg, cg, n0, count, gx_sum);
         }
       }

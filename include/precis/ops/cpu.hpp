@@ -376,14 +376,17 @@ class cpu : public fresh_tracking<cpu> {
     return fp8_->next(name);
   }
 
-  /// x cast to F8 by `ts` (its recipe picks the scale, returned in `scale`; the values are
-  /// x * scale rounded once), as a contiguous view kept for the backward when `for_backward`
-  /// and saving().
-  template <class F8, class S, class C>
-  TensorView<const F8> cast_fp8(const TensorView<S, C>& x, fp8::tensor_scaling<F8>& ts, float& scale, bool for_backward) const {
+  /// x cast to fp8 by entry g's scaling of operand R (its recipe picks the scale, returned in
+  /// `scale`; the values are x * scale rounded once), as a contiguous view kept for the
+  /// backward when `for_backward` and saving().
+  template <fp8::operand R, class S, class C>
+  TensorView<const fp8::operand_format_t<R>> cast_fp8(const TensorView<S, C>& x, fp8::gemm_scaling& g, fp8::scale_ref& scale,
+                                                      bool for_backward) const {
+    using F8 = fp8::operand_format_t<R>;
     const auto xf = as<float>(x, false);
     const auto out = (for_backward && saving_) ? keep<F8>(x.shape()) : temp<F8>(x.shape());
-    scale = ts.cast(xf.data(), static_cast<std::size_t>(xf.size()), out.data(), fp8_ ? fp8_->reducer() : nullptr);
+    scale.value = g.template scaling<R>().cast(xf.data(), static_cast<std::size_t>(xf.size()), out.data(), fp8_ ? fp8_->reducer() : nullptr);
+    scale.device = nullptr;
     return out.as_const();
   }
 
@@ -393,11 +396,15 @@ class cpu : public fresh_tracking<cpu> {
   /// Acc workspace stays at most ~128K elements (a 16-bit step keeps no fp32 copy of a whole
   /// weight gradient).
   template <class Acc = void, class G, class SA, class CA, class SB, class CB>
-  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add, double alpha = 1.0) const {
+  void gemm(const TensorView<G>& c, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, bool add,
+            const fp8::gemm_alpha& alpha = 1.0) const {
     using A = std::conditional_t<std::is_void_v<Acc>, G, Acc>;
+    if (alpha.divide_by[0] != nullptr || alpha.divide_by[1] != nullptr) {
+      throw invalid_argument("precis::gemm: an alpha divided by scales in device memory reached the CPU backend; expected host scales");
+    }
     if (take_fresh(c)) add = false;  // asked even when assigning: c is written either way
     const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    const auto al = static_cast<A>(alpha);
+    const auto al = static_cast<A>(alpha.value);
     if constexpr (std::is_same_v<G, A>) {
       detail::gemm_blocked<A>(m, n, k, al, a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
                               b.strides()[1], add ? A(1) : A(0), c.data(), c.strides()[0], c.strides()[1],

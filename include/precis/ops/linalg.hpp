@@ -97,17 +97,17 @@ struct matmul : def<policy::safety::low_precision_safe> {
     if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
     sv.a = detail::ad::gemm_operand<T, 0>(ctx, a, sv.sc);
     sv.b = detail::ad::gemm_operand<T, 1>(ctx, b, sv.sc);
-    ctx.template gemm<typename T::accumulator>(y, sv.a, sv.b, false, 1.0 / (double(sv.sc.s0) * sv.sc.s1));
+    ctx.template gemm<typename T::accumulator>(y, sv.a, sv.b, false, fp8::descale(sv.sc.s0, sv.sc.s1));
   }
   template <class T, class Ctx, class G, class O, class A, class B, class GA, class GB>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy,
                        const TensorView<const O>&, const std::tuple<TensorView<const A>, TensorView<const B>>&,
                        const std::tuple<TensorView<GA>, TensorView<GB>>& gx) {
     using Acc = typename T::accumulator;
-    float sg = 1.0f;
+    fp8::scale_ref sg;
     const auto g = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
-    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.b.transpose(), true, 1.0 / (double(sg) * sv.sc.s1));
-    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), sv.a.transpose(), g, true, 1.0 / (double(sv.sc.s0) * sg));
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.b.transpose(), true, fp8::descale(sg, sv.sc.s1));
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), sv.a.transpose(), g, true, fp8::descale(sv.sc.s0, sg));
   }
 };
 
@@ -145,7 +145,7 @@ struct linear : def<policy::safety::low_precision_safe> {
     if constexpr (detail::ad::scaled<T>) sv.sc.fp8 = &ctx.fp8_gemm(name);
     sv.x = detail::ad::gemm_operand<T, 0>(ctx, x, sv.sc);
     sv.w = detail::ad::gemm_operand<T, 1>(ctx, w, sv.sc);
-    const double alpha = 1.0 / (double(sv.sc.s0) * sv.sc.s1);
+    const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sv.sc.s1);
     if constexpr (sizeof...(B) == 0) {
       ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false, alpha);
     } else {
@@ -163,10 +163,10 @@ struct linear : def<policy::safety::low_precision_safe> {
                        const TensorView<const O>&, const std::tuple<TensorView<const X>...>&,
                        const std::tuple<TensorView<GX>...>& gx) {
     using Acc = typename T::accumulator;
-    float sg = 1.0f;
+    fp8::scale_ref sg;
     const auto g = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
-    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.w, true, 1.0 / (double(sg) * sv.sc.s1));
-    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), g.transpose(), sv.x, true, 1.0 / (double(sg) * sv.sc.s0));
+    if (std::get<0>(gx).data()) ctx.template gemm<Acc>(std::get<0>(gx), g, sv.w, true, fp8::descale(sg, sv.sc.s1));
+    if (std::get<1>(gx).data()) ctx.template gemm<Acc>(std::get<1>(gx), g.transpose(), sv.x, true, fp8::descale(sg, sv.sc.s0));
     if constexpr (sizeof...(GX) == 3) {  // from the unscaled gradient
       const auto& gb = std::get<2>(gx);
       if (gb.data() == nullptr) return;

@@ -154,11 +154,12 @@ auto plain_view(const V& v) {
 template <class T>
 constexpr bool scaled = requires { requires T::scaled; };
 
-/// The saved state every GEMM op keeps besides its operands: the fp8 entry and the operands'
-/// scales (null and 1 when the op is not scaled).
+/// The saved state every GEMM op keeps besides its operands: the fp8 entry and the scales its
+/// operands were cast with (null and 1 when the op is not scaled; on a device backend the
+/// scales are device floats: fp8::scale_ref).
 struct gemm_scales {
   fp8::gemm_scaling* fp8 = nullptr;
-  float s0 = 1.0f, s1 = 1.0f;
+  fp8::scale_ref s0, s1;
 };
 
 /// A GEMM op's forward operand I (0: the input, 1: the weight) read in T::storage: when T is
@@ -167,8 +168,8 @@ struct gemm_scales {
 template <class T, int I, class Ctx, class S, class C>
 auto gemm_operand(const Ctx& ctx, const TensorView<S, C>& x, gemm_scales& sc) {
   if constexpr (scaled<T>) {
-    if constexpr (I == 0) return ctx.cast_fp8(x, sc.fp8->input, sc.s0, true);
-    else return ctx.cast_fp8(x, sc.fp8->weight, sc.s1, true);
+    if constexpr (I == 0) return ctx.template cast_fp8<fp8::operand::input>(x, *sc.fp8, sc.s0, true);
+    else return ctx.template cast_fp8<fp8::operand::weight>(x, *sc.fp8, sc.s1, true);
   } else {
     return ctx.template as<typename T::storage>(x, true);
   }
@@ -178,8 +179,8 @@ auto gemm_operand(const Ctx& ctx, const TensorView<S, C>& x, gemm_scales& sc) {
 /// T::grad_operand with the entry's grad_output scaling (scale written to `scale`); gy itself
 /// otherwise.
 template <class T, class Ctx, class G>
-auto grad_operand(const Ctx& ctx, const TensorView<const G>& gy, const gemm_scales& sc, float& scale) {
-  if constexpr (scaled<T>) return ctx.cast_fp8(gy, sc.fp8->grad_output, scale, false);
+auto grad_operand(const Ctx& ctx, const TensorView<const G>& gy, const gemm_scales& sc, fp8::scale_ref& scale) {
+  if constexpr (scaled<T>) return ctx.template cast_fp8<fp8::operand::grad_output>(gy, *sc.fp8, scale, false);
   else return gy;
 }
 

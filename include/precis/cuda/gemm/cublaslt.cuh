@@ -109,6 +109,10 @@ void cublaslt_gemm(Acc alpha, const DeviceView<const SA>& a, const DeviceView<co
     throw invalid_argument(op + ": C must be fp16, bf16, fp32 or fp64");
   }
   if (ep.mode != rounding::nearest_even) throw invalid_argument(op + ": cuBLASLt rounds to nearest only");
+  if (ep.divide_by[0] != nullptr || ep.divide_by[1] != nullptr) {
+    throw invalid_argument(op + ": an alpha divided by device-held scales (epilogue::divide_by) is precis's kernels' epilogue; "
+                                "cuBLASLt multiplies by its scales instead, which rounds differently");
+  }
   if (ep.act == activation::gelu) throw invalid_argument(op + ": cuBLASLt's GELU is the tanh form; use activation::gelu_tanh");
   if (ep.bias.data() != nullptr && tbias != tc && !(tc == CUDA_R_32F && tbias == CUDA_R_32F)) {
     throw invalid_argument(op + ": cuBLASLt takes the bias in C's format; convert it first");

@@ -2,7 +2,7 @@
 //
 // Each accumulated value v of C = A B becomes
 //     C_ij = round_Out( act( alpha * v + beta * C_ij + bias_j ) )
-// computed in fp32 (fp64 when the accumulator is double) and rounded once into C's format:
+// (alpha divided by device-held fp8 scales where the epilogue names them) computed in fp32 (fp64 when the accumulator is double) and rounded once into C's format:
 // to nearest even, or stochastically with 64 random bits per element drawn from Philox4x32-10
 // keyed by the seed at counter (j / 2, i, offset), so the result depends on the element's
 // position alone, never on the kernel, its tiling or the launch. Rounding uses precis's own
@@ -46,6 +46,10 @@ struct epilogue {
   overflow ov = overflow::infinity;
   std::uint64_t seed = 0;    // stochastic rounding: Philox key
   std::uint64_t offset = 0;  // stochastic rounding: a stream number (e.g. the training step)
+  /// Device floats alpha is divided by, read by the kernel when it runs (null: 1): the scales
+  /// of fp8 operands that the device chose, so a scaled GEMM needs no host synchronization.
+  /// alpha / (d0 d1) is formed in double and rounded once to the epilogue's arithmetic.
+  const float* divide_by[2] = {nullptr, nullptr};
 };
 
 /// The 64 random bits element (i, j) of C is rounded with under stochastic rounding.
@@ -220,10 +224,22 @@ struct epilogue_desc {
   /// Adjacent columns j, j+1 (j even) may be stored as one word (unit column stride, aligned).
   bool pairs = false;
   std::uint64_t seed = 0, offset = 0;
+  /// epilogue::divide_by.
+  const float* div0 = nullptr;
+  const float* div1 = nullptr;
+
+  /// alpha, divided by the device floats at div0 and div1 when there are any.
+  __device__ __forceinline__ W scaled_alpha() const {
+    if (div0 == nullptr && div1 == nullptr) return alpha;
+    double d = 1.0;
+    if (div0 != nullptr) d *= static_cast<double>(*div0);
+    if (div1 != nullptr) d *= static_cast<double>(*div1);
+    return static_cast<W>(static_cast<double>(alpha) / d);
+  }
 
   /// alpha v + beta C_ij + bias_j, activated.
   __device__ __forceinline__ W value(index_t i, index_t j, W v) const {
-    v = alpha * v;
+    v = scaled_alpha() * v;
     if (beta != W(0)) v += beta * load_any<W>(out, c, i * rs + j * cs);  // beta == 0: C is not read
     if (bias != nullptr) v += load_any<W>(bias_format, bias, j);
     return activate(act, v);
@@ -276,11 +292,11 @@ struct plain_store {
 template <class W, class Body>
 __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& body) {
   if (e.plain && e.out == value_format::bf16) {
-    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.alpha, e.pairs});
+    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
   } else if (e.plain && e.out == value_format::f16) {
-    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.alpha, e.pairs});
+    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
   } else if (e.plain && e.out == value_format::f32) {
-    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.alpha, e.pairs});
+    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
   } else {
     body([&](index_t i, index_t j, W v0, W v1) { finish_pair_any(e, i, j, v0, v1); });
   }
