@@ -78,9 +78,9 @@ int run_host() {
   const precis::op::cuda ctx(temp, keep, false);
   try {
     ctx.fp8_gemm("linear");
-    check(false, "fp8_gemm did not throw");
+    check(false, "fp8_gemm without scaling state did not throw");
   } catch (const precis::invalid_argument& e) {
-    check(std::string(e.what()).find("precis::linear: fp8 scaling is not on the device backend yet") != std::string::npos,
+    check(std::string(e.what()).find("precis::linear: an fp8 GEMM without fp8 scaling state") != std::string::npos,
           std::string("message: ") + e.what());
   }
   if (pc::device_count() == 0) {
@@ -744,6 +744,184 @@ void module_on_device(const char* name, cudaStream_t stream) {
   check(nonzero == 0, std::string(name) + " nn module on device: zero_grad left " + std::to_string(nonzero) + " nonzero gradients");
 }
 
+/// Whether two floats are the same value, any NaN equal to any NaN.
+bool same_value(float a, float b) { return (a != a && b != b) || same_bits(a, b); }
+
+/// fp8_scaling_state's casts against the host's fp8::scaling_state under recipe r, six steps of
+/// a linear op's three tensors (input and weight from S = bf16 and float, the gradient from
+/// float) whose magnitudes move by 2^±6 from step to step, with zeros, values that flush,
+/// values that saturate under the delayed scale and a NaN in step 4: every cast's bits and
+/// scale equal the host's, and after each step the downloaded statistics (amax, counts), the
+/// totals and the delayed scale and history equal the host entry's.
+template <class S>
+void fp8_casts(const char* name, const precis::fp8::recipe& r, cudaStream_t stream) {
+  using precis::fp8::operand;
+  precis::fp8::scaling_state hs(r);
+  pc::fp8_scaling_state ds(r, stream);
+  std::mt19937 rng(31);
+  const index_t n = 3000;  // more than one block, a ragged last one
+  pc::device_buffer<float> used(1);
+  int bad_bits = 0, bad_scale = 0, bad_state = 0;
+  for (int step = 0; step < 6; ++step) {
+    precis::fp8::gemm_scaling& gh = hs.next("linear");
+    precis::fp8::gemm_scaling& gd = ds.next("linear");
+    const float mag = std::ldexp(1.0f, (step % 3 == 1 ? 6 : step % 3 == 2 ? -6 : 0));
+    const auto one = [&]<operand R, class X>(const precis::Tensor<X>& x) {
+      using F8 = precis::fp8::operand_format_t<R>;
+      precis::Tensor<float> xf(x.shape());
+      for (index_t i = 0; i < x.size(); ++i) xf.data()[i] = static_cast<float>(x.data()[i]);
+      precis::Tensor<F8> hout(x.shape());
+      const float hscale = gh.template scaling<R>().cast(xf.data(), static_cast<std::size_t>(n), hout.data(), nullptr);
+      auto dx = pc::DeviceTensor<X>::from_host(x);
+      pc::DeviceTensor<F8> dout(x.shape());
+      ds.cast<R>(gd.index, dx.data(), n, dout.data(), used.data(), stream);
+      pc::check(cudaStreamSynchronize(stream), "sync");
+      const auto back_out = dout.to_host();
+      float dscale = 0;
+      pc::check(cudaMemcpy(&dscale, used.data(), sizeof dscale, cudaMemcpyDeviceToHost), "scale");
+      bad_bits += mismatches(back_out, hout);
+      bad_scale += !same_bits(dscale, hscale);
+    };
+    const auto data = [&](auto tag, float m) {
+      using X = decltype(tag);
+      precis::Tensor<X> x(Shape{n});
+      std::normal_distribution<float> nd(0.0f, m);
+      for (index_t i = 0; i < n; ++i) {
+        float v = nd(rng);
+        if (i % 97 == 0) v = 0.0f;
+        if (i % 89 == 0) v = m * 1e-9f;           // flushes at any scale this amax allows
+        if (i == 5 && step == 4) v = std::numeric_limits<float>::quiet_NaN();
+        x.data()[i] = precis::detail::store<X>(v);
+      }
+      return x;
+    };
+    one.template operator()<operand::input>(data(S{}, mag));
+    one.template operator()<operand::weight>(data(S{}, 0.05f * mag));
+    one.template operator()<operand::grad_output>(data(float{}, 1e-3f * mag));
+    hs.end_step();
+    ds.end_step();
+    ds.download();
+    const auto compare = [&](const auto& h, const auto& d) {
+      const auto &lh = h.last(), &ld = d.last();
+      bool ok = same_value(lh.amax, ld.amax) && lh.count == ld.count && lh.saturated == ld.saturated && lh.flushed == ld.flushed &&
+                same_bits(h.last_scale(), d.last_scale()) && h.total().casts == d.total().casts && h.total().count == d.total().count &&
+                h.total().saturated == d.total().saturated && h.total().flushed == d.total().flushed;
+      if (r.which == precis::fp8::recipe::kind::delayed) {
+        ok = ok && same_bits(h.delayed().scale(), d.delayed().scale());
+        for (std::size_t i = 0; i < h.delayed().amax_history().size(); ++i) {
+          ok = ok && same_value(h.delayed().amax_history()[i], d.delayed().amax_history()[i]);
+        }
+      }
+      bad_state += !ok;
+    };
+    compare(hs[0].input, ds[0].input);
+    compare(hs[0].weight, ds[0].weight);
+    compare(hs[0].grad_output, ds[0].grad_output);
+  }
+  const auto th = hs.totals(), td = ds.totals();
+  check(bad_bits == 0 && bad_scale == 0 && bad_state == 0,
+        std::string(name) + " fp8 casts on the device: " + std::to_string(bad_bits) + " values, " + std::to_string(bad_scale) +
+            " scales and " + std::to_string(bad_state) + " states differ from the host's");
+  check(th.saturated > 0 && th.flushed > 0 && th.saturated == td.saturated && th.flushed == td.flushed,
+        std::string(name) + " fp8 casts on the device: saturated " + std::to_string(td.saturated) + " and flushed " +
+            std::to_string(td.flushed) + " (host " + std::to_string(th.saturated) + ", " + std::to_string(th.flushed) +
+            "; the data must make both happen)");
+}
+
+/// linear under fp8-mixed (x [32, 64], W [48, 64], bias) through op::cuda and op::cpu, each
+/// with its own scaling state: the fp8 operands kept for the backward and their scales equal
+/// the host's; y, dx, dW (one GEMM of K <= 64 each, exact fp8 products) within
+/// (gamma_K(2^-13) + gamma_K(u_fp32) + 2 u_fp32) sum |a b| alpha of the host's (the fp8 tensor
+/// cores keep about 14 bits of their sums), plus the roundings of dx and dW into bf16.
+void fp8_linear(pc::DeviceArena& dtemp, pc::DeviceArena& dkeep, cudaStream_t stream) {
+  using P = precis::policy::named<"fp8-mixed">;
+  using B = precis::bfloat16;
+  using F8 = precis::float8_e4m3;
+  std::mt19937 rng(12);
+  precis::fp8::scaling_state hs(precis::fp8::current_scaling{});
+  pc::fp8_scaling_state ds(precis::fp8::current_scaling{}, stream);
+  precis::Arena htemp, hkeep;
+  const precis::op::cpu hctx(htemp, hkeep, true, precis::detail::ad::gemm_isa_for<P>(), &hs);
+  const precis::op::cuda dctx(dtemp, dkeep, true, stream, &ds);
+  const index_t m = 32, k = 64, n = 48;
+  pair_t<B> x(random<B>(Shape{m, k}, rng, 3.0f)), w(random<B>(Shape{n, k}, rng, 0.05f)), b(random<B>(Shape{n}, rng));
+  using T = precis::detail::ad::op_types_t<precis::op::linear, P, B, B, B>;
+  static_assert(T::scaled && std::is_same_v<typename T::output, float>);
+  pair_t<float> y{precis::Tensor<float>(Shape{m, n})};
+  typename precis::op::linear::template saved<T> sh{}, sd{};
+  precis::op::linear::forward<T>(hctx, {}, y.hv(), sh, x.hv().as_const(), w.hv().as_const(), b.hv().as_const());
+  precis::op::linear::forward<T>(dctx, {}, y.dv(), sd, x.dv().as_const(), w.dv().as_const(), b.dv().as_const());
+  const auto yd = back(y.d);
+  const auto down = [&](const precis::TensorView<const F8>& v) {
+    precis::Tensor<F8> t(v.shape());
+    pc::check(cudaMemcpy(t.data(), v.data(), static_cast<std::size_t>(v.size()), cudaMemcpyDeviceToHost), "fp8 operand");
+    return t;
+  };
+  const auto scale_of = [&](const precis::fp8::scale_ref& s) {
+    float v = 0;
+    pc::check(cudaMemcpy(&v, s.device, sizeof v, cudaMemcpyDeviceToHost), "scale");
+    return v;
+  };
+  precis::Tensor<F8> xh8(sh.x.shape()), wh8(sh.w.shape());
+  std::copy_n(sh.x.data(), sh.x.size(), xh8.data());
+  std::copy_n(sh.w.data(), sh.w.size(), wh8.data());
+  check(mismatches(down(sd.x), xh8) == 0 && mismatches(down(sd.w), wh8) == 0 && same_bits(scale_of(sd.sc.s0), sh.sc.s0.value) &&
+            same_bits(scale_of(sd.sc.s1), sh.sc.s1.value),
+        "fp8 linear on the device: the cast operands or their scales differ from the host's");
+  const double u = std::ldexp(1.0, -24), u8 = std::ldexp(1.0, -13);
+  const auto gam = [](double terms, double uu) { return terms * uu / (1 - terms * uu); };
+  const auto val = [](auto v) { return static_cast<double>(static_cast<float>(v)); };
+  const double s0 = sh.sc.s0.value, s1 = sh.sc.s1.value;
+  int bad = 0;
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t j = 0; j < n; ++j) {
+      double mag = 0;
+      for (index_t t = 0; t < k; ++t) mag += std::fabs(val(xh8(i, t)) * val(wh8(j, t)));
+      mag /= s0 * s1;
+      const double tol = (gam(k, u8) + gam(k + 1, u) + 2 * u) * (mag + std::fabs(val(b.h(j))));
+      bad += !(std::fabs(static_cast<double>(yd(i, j)) - static_cast<double>(y.h(i, j))) <= tol);
+    }
+  }
+  check(bad == 0, "fp8 linear on the device, forward: " + std::to_string(bad) + " outputs outside their bound");
+
+  pair_t<float> gy(random<float>(Shape{m, n}, rng, 1e-3f));
+  pair_t<B> gx{precis::Tensor<B>(Shape{m, k})}, gw{precis::Tensor<B>(Shape{n, k})}, gb{precis::Tensor<B>(Shape{n})};
+  precis::op::linear::backward<T>(hctx, {}, sh, gy.hv().as_const(), y.hv().as_const(),
+                                  std::tuple{x.hv().as_const(), w.hv().as_const(), b.hv().as_const()}, std::tuple{gx.hv(), gw.hv(), gb.hv()});
+  precis::op::linear::backward<T>(dctx, {}, sd, gy.dv().as_const(), y.dv().as_const(),
+                                  std::tuple{x.dv().as_const(), w.dv().as_const(), b.dv().as_const()}, std::tuple{gx.dv(), gw.dv(), gb.dv()});
+  const auto gxd = back(gx.d), gwd = back(gw.d);
+  // the gradient's cast as the host made it (its scale from the host's state)
+  const float sg = hs[0].grad_output.last_scale();
+  const double ub = std::ldexp(1.0, -8);  // the gradients are stored in bf16
+  int bx = 0, bw = 0;
+  const auto g8 = [&](index_t i, index_t j) {
+    return val(precis::detail::store<precis::float8_e5m2>(gy.h(i, j) * sg));  // rounded once: the host's cast
+  };
+  for (index_t i = 0; i < m; ++i) {
+    for (index_t t = 0; t < k; ++t) {
+      double mag = 0;
+      for (index_t j = 0; j < n; ++j) mag += std::fabs(g8(i, j) * val(wh8(j, t)));
+      mag /= sg * s1;
+      const double tol = (gam(n, u8) + gam(n, u) + 2 * u) * mag * (1 + ub) + (2 + ub) * ub / (1 - ub) * std::fabs(val(gx.h(i, t)));
+      bx += !(std::fabs(val(gxd(i, t)) - val(gx.h(i, t))) <= tol);
+    }
+  }
+  for (index_t j = 0; j < n; ++j) {
+    for (index_t t = 0; t < k; ++t) {
+      double mag = 0;
+      for (index_t i = 0; i < m; ++i) mag += std::fabs(g8(i, j) * val(xh8(i, t)));
+      mag /= sg * s0;
+      const double tol = (gam(m, u8) + gam(m, u) + 2 * u) * mag * (1 + ub) + (2 + ub) * ub / (1 - ub) * std::fabs(val(gw.h(j, t)));
+      bw += !(std::fabs(val(gwd(j, t)) - val(gw.h(j, t))) <= tol);
+    }
+  }
+  check(bx == 0 && bw == 0, "fp8 linear on the device, backward: " + std::to_string(bx) + " / " + std::to_string(bw) +
+                                " of dx / dW outside their bounds");
+  ds.download();
+  check(same_bits(ds[0].grad_output.last_scale(), sg), "fp8 linear on the device: the gradient's scale differs from the host's");
+}
+
 template <class P, template <class> class Model>
 void step_in_a_graph(const char* name, cudaStream_t stream) {
   device_model<P, Model> eager(stream), graphed(stream);
@@ -824,6 +1002,21 @@ int run_device() {
   step_in_a_graph<precis::policy::named<"16-mixed">, small_cnn>("16-mixed CNN", stream);
   step_in_a_graph<precis::policy::named<"bf16-true">, mlp_48>("bf16-true MLP", stream);
   step_in_a_graph<precis::policy::named<"16-true">, mlp_48>("16-true MLP", stream);
+  step_in_a_graph<precis::policy::named<"fp8-mixed">, mlp_48>("fp8-mixed MLP", stream);
+  step_in_a_graph<precis::policy::fp8_mixed_with<precis::fp8::delayed_scaling>, mlp_48>("fp8-mixed<delayed> MLP", stream);
+  step_in_a_graph<precis::policy::named<"fp8-mixed">, small_cnn>("fp8-mixed CNN", stream);
+  fp8_casts<precis::bfloat16>("current scaling", precis::fp8::current_scaling{}, stream);
+  fp8_casts<float>("current scaling, powers of two, margin 1", precis::fp8::current_scaling{1, true}, stream);
+  fp8_casts<precis::bfloat16>("delayed scaling (history 4, max)", precis::fp8::delayed_scaling{4, precis::fp8::amax_reduction::max, 0}, stream);
+  fp8_casts<float>("delayed scaling (history 3, most recent, margin 2)",
+                   precis::fp8::delayed_scaling{3, precis::fp8::amax_reduction::most_recent, 2}, stream);
+  fp8_casts<precis::bfloat16>("no scaling", precis::fp8::no_scaling{}, stream);
+  std::printf("fp8 casts on the device: the host's bits, scales, statistics and delayed-scaling histories\n");
+  {
+    pc::DeviceArena t8, k8;
+    fp8_linear(t8, k8, stream);
+    std::printf("fp8-mixed linear through op::cuda: the host's fp8 operands and scales; outputs and gradients within their bounds\n");
+  }
   module_on_device<precis::policy::named<"32-true">>("32-true", stream);
   module_on_device<precis::policy::named<"bf16-mixed">>("bf16-mixed", stream);
   module_on_device<precis::policy::named<"16-true">>("16-true", stream);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -92,6 +93,36 @@ TEST(Fp8DelayedScaling, MostRecentMarginAndE5m2) {
   EXPECT_EQ(d.history_len, 1024u);
   EXPECT_EQ(d.reduce, amax_reduction::max);
   EXPECT_EQ(d.margin, 0);
+}
+
+// Current scaling with powers of two: the scale is the largest power of two r with
+// r <= fp8_max / amax / 2^margin, checked exactly (r amax 2^margin is exact in double) over
+// amaxes across the float range, including those whose quotient lies just below or at a power
+// of two.
+TEST(Fp8Scale, PowerOfTwoIsTheLargestNotAbove) {
+  std::vector<float> amaxes;
+  for (int k = -20; k <= 20; ++k) {
+    const float at = 448.0f * std::ldexp(1.0f, -k);  // quotient exactly 2^k
+    amaxes.push_back(at);
+    amaxes.push_back(std::nextafter(at, 0.0f));  // quotient just above 2^k
+    amaxes.push_back(std::nextafter(at, 1e30f));  // just below
+  }
+  std::uint32_t state = 12345;
+  for (int i = 0; i < 10000; ++i) {  // log-uniform over [2^-60, 2^60)
+    state = state * 1664525u + 1013904223u;
+    amaxes.push_back(std::ldexp(1.0f + static_cast<float>(state >> 9) * 0x1p-23f, static_cast<int>(state % 120) - 60));
+  }
+  int bad = 0;
+  for (const int margin : {0, 3}) {
+    for (const float a : amaxes) {
+      const float r = fp8::scale_for<float8_e4m3>(a, margin, 1.0f, true);
+      int e = 0;
+      const bool power = std::frexp(static_cast<double>(r), &e) == 0.5;
+      const double lhs = static_cast<double>(r) * static_cast<double>(a) * std::ldexp(1.0, margin);  // exact
+      bad += !(power && lhs <= 448.0 && 448.0 < 2.0 * lhs);
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Fp8DelayedScaling, RestoreIsAllOrNothing) {

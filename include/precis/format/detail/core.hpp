@@ -32,6 +32,11 @@ namespace detail {
 /// Leading zero bits of a nonzero 64-bit value, on the host and in CUDA device code.
 PRECIS_HOST_DEVICE constexpr int countl_zero64(std::uint64_t x) {
 #if defined(__CUDA_ARCH__)
+  if (__builtin_is_constant_evaluated()) {  // a constant initializer seen by the device pass
+    int n = 0;
+    for (std::uint64_t b = std::uint64_t{1} << 63; b != 0 && (x & b) == 0; b >>= 1) ++n;
+    return n;
+  }
   return __clzll(static_cast<long long>(x));
 #else
   return std::countl_zero(x);
