@@ -158,7 +158,9 @@ struct tensor_ref {
 
 /// Delayed scaling's update of table[blockIdx.x]: amax from the history (its maximum, NaN
 /// winning, or the current entry), the scale from it (the previous one where it is 0 or not
-/// finite), then the ring moves on to a zeroed entry.
+/// finite), then the ring moves on to a zeroed entry. A template (of nothing) so that every
+/// translation unit including this header may define it without a multiple definition.
+template <int = 0>
 __global__ void __launch_bounds__(threads) delayed_update_kernel(const tensor_ref* table, unsigned len, bool reduce_max, int margin) {
   const tensor_ref t = table[blockIdx.x];
   const unsigned cur = t.s->pos;
@@ -214,7 +216,7 @@ class fp8_scaling_state {
     const fp8::recipe& r = host_.config();
     if (r.which != fp8::recipe::kind::delayed || used == 0) return;
     if (table_size_ != entries_.size()) upload_table();
-    fp8_detail::delayed_update_kernel<<<static_cast<unsigned>(3 * used), fp8_detail::threads, 0, stream_>>>(
+    fp8_detail::delayed_update_kernel<><<<static_cast<unsigned>(3 * used), fp8_detail::threads, 0, stream_>>>(
         table_.data(), static_cast<unsigned>(r.delayed.history_len), r.delayed.reduce == fp8::amax_reduction::max, r.delayed.margin);
     check(cudaGetLastError(), "precis::cuda::fp8_scaling_state::end_step: launch");
   }
