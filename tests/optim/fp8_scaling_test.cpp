@@ -2,6 +2,8 @@
 // current scaling, the cast's error and telemetry, and the state's validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -229,4 +231,78 @@ TEST(Fp8Quantize, BlocksKeepWhatOneScaleFlushes) {
   EXPECT_EQ(qr.scales.shape(), Shape({2, 2}));
   EXPECT_THROW(fp8::quantize_blocks<float8_e4m3>(Tensor<float>({4}), 128), invalid_argument);
   EXPECT_THROW(fp8::quantize_blocks<float8_e4m3>(r, 0), invalid_argument);
+}
+
+namespace {
+
+/// cast_element (what the device's casts compute per element) against quantize_into (the host's
+/// vectorized cast) on every bf16 value widened to fp32 (zeros, subnormals, infinities, NaNs)
+/// and random fp32 patterns, under scales that are powers of two, others from scale_for, and 1:
+/// the same bits for every element, and the same saturated and flushed counts.
+template <class F8>
+void element_cast_is_the_host_cast() {
+  std::vector<float> x;
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) x.push_back(std::bit_cast<float>(b << 16));
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 0x10000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    x.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(state >> 32)));
+  }
+  std::vector<float> scales = {1.0f, fp8::scale_for<F8>(3.3f, 0, 1.0f), fp8::scale_for<F8>(1e-3f, 1, 1.0f),
+                               fp8::scale_for<F8>(7e5f, 0, 1.0f), 0.7f};
+  for (int e = -40; e <= 40; e += 5) scales.push_back(std::ldexp(1.0f, e));
+  const float overflow_at = fp8::overflow_threshold<F8>();
+  std::vector<F8> out(x.size());
+  for (const float scale : scales) {
+    const fp8::cast_stats st = fp8::quantize_into<F8>(x.data(), x.size(), scale, out.data());
+    std::size_t sat = 0, flush = 0, bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const auto c = fp8::detail::cast_element<F8>(x[i], scale, overflow_at);
+      sat += c.saturated;
+      flush += c.flushed;
+      if (c.bits != out[i].bits() && bad++ < 5) {
+        ADD_FAILURE() << format_traits<F8>::name << " scale " << scale << ": x = " << x[i] << " casts to bits "
+                      << int(c.bits) << ", the host's cast to " << int(out[i].bits());
+      }
+    }
+    EXPECT_EQ(bad, 0u) << format_traits<F8>::name << " scale " << scale;
+    EXPECT_EQ(sat, st.saturated) << format_traits<F8>::name << " scale " << scale;
+    EXPECT_EQ(flush, st.flushed) << format_traits<F8>::name << " scale " << scale;
+    EXPECT_GT(st.saturated, 0u);  // the data reach both ends of the format under every scale
+    EXPECT_GT(st.flushed, 0u);
+  }
+}
+
+}  // namespace
+
+TEST(Fp8Quantize, ElementCastIsTheHostCast) {
+  element_cast_is_the_host_cast<float8_e4m3>();
+  element_cast_is_the_host_cast<float8_e5m2>();
+}
+
+// amax_key (the device's amax: integer maxima of |x|'s bits) gives amax_of's value, a NaN
+// wherever the data hold one (of either sign), on data with signed zeros, subnormals and
+// infinities.
+TEST(Fp8Quantize, AmaxKeysGiveTheAmax) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> cases = {
+      {0.0f, -0.0f},
+      {-0.0f, 1e-45f, -3e-39f},
+      {1.0f, -2.5f, 2.0f},
+      {-inf, 3.0f},
+      {5.0f, -nan, 1e30f},
+      {nan, inf, -inf},
+      {-7.0f, 6.5f, std::ldexp(1.0f, 127), -std::ldexp(1.5f, 127)},
+  };
+  for (const auto& v : cases) {
+    std::uint32_t key = 0;
+    for (const float f : v) key = std::max(key, fp8::detail::amax_key(f));
+    const float from_keys = std::bit_cast<float>(key);
+    const float host = fp8::detail::amax_of(v.data(), v.size());
+    if (std::isnan(host)) {
+      EXPECT_TRUE(std::isnan(from_keys)) << v.size();
+    } else {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(from_keys), std::bit_cast<std::uint32_t>(host)) << host;
+    }
+  }
 }

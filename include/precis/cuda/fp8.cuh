@@ -66,7 +66,6 @@ struct slot {
 inline constexpr std::size_t last_bytes = 24;  // last_amax_bits .. last_flushed
 static_assert(offsetof(slot, scale) == last_bytes, "precis::cuda::fp8_detail::slot: layout");
 
-inline constexpr unsigned abs_mask = 0x7fffffffu;
 inline constexpr int threads = 256;
 
 /// The largest of v over a block of `threads` threads, in thread 0 (others: unspecified).
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(threads) amax_kernel(const S* x, index_t n, sl
   unsigned m = 0;
   const index_t step = static_cast<index_t>(gridDim.x) * threads;
   for (index_t i = static_cast<index_t>(blockIdx.x) * threads + threadIdx.x; i < n; i += step) {
-    m = ::max(m, __float_as_uint(ew_detail::load<float>(x + i)) & abs_mask);
+    m = ::max(m, fp8::detail::amax_key(ew_detail::load<float>(x + i)));
   }
   m = block_reduce(m, max_op{});
   if (threadIdx.x == 0 && m != 0) atomicMax(&s->last_amax_bits, m);
@@ -117,18 +116,16 @@ __global__ void __launch_bounds__(threads) cast_kernel(const S* x, index_t n, F8
     *used = scale;
     s->last_scale = scale;
   }
-  constexpr auto magnitude = static_cast<unsigned>((1u << (8 * sizeof(typename F8::storage_type) - 1)) - 1u);
   unsigned m = 0;
   unsigned long long sat = 0, flush = 0;
   const index_t step = static_cast<index_t>(gridDim.x) * threads;
   for (index_t i = static_cast<index_t>(blockIdx.x) * threads + threadIdx.x; i < n; i += step) {
     const float v = ew_detail::load<float>(x + i);
-    const float b = v * scale;
-    const auto bits = detail::round_bits<F8>(b, rounding::nearest_even, overflow::saturate, 0);
-    detail::store_bits(out + i, bits);
-    sat += fabsf(b) >= overflow_at ? 1u : 0u;
-    flush += (v != 0.0f && v == v && (static_cast<unsigned>(bits) & magnitude) == 0u) ? 1u : 0u;
-    m = ::max(m, __float_as_uint(v) & abs_mask);
+    const fp8::detail::element_cast<F8> c = fp8::detail::cast_element<F8>(v, scale, overflow_at);
+    detail::store_bits(out + i, c.bits);
+    sat += c.saturated ? 1u : 0u;
+    flush += c.flushed ? 1u : 0u;
+    m = ::max(m, fp8::detail::amax_key(v));
   }
   sat = block_reduce(sat, add_op{});
   flush = block_reduce(flush, add_op{});
@@ -242,7 +239,7 @@ class fp8_scaling_state {
       check(cudaGetLastError(), "precis::cuda::fp8_scaling_state::cast: amax launch");
     }
     const float fp8_max = fp8::max_finite<F8>();
-    const float overflow_at = fp8_max + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
+    const float overflow_at = fp8::overflow_threshold<F8>();
     fp8_detail::cast_kernel<F8, S><<<blocks, fp8_detail::threads, 0, stream>>>(
         x, n, out, s, history_of(entry, t), kind, fp8_max, r.which == fp8::recipe::kind::current ? r.current.margin : 0,
         r.which == fp8::recipe::kind::current && r.current.power_of_two, overflow_at, used);

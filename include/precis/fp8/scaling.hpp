@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -71,7 +72,49 @@ PRECIS_HOST_DEVICE inline float scale_from_amax(float amax, float fp8_max, int m
   return f <= flt_max ? f : flt_max;
 }
 
+/// fp32's bits, on the host and in device code.
+PRECIS_HOST_DEVICE inline std::uint32_t fp32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return std::bit_cast<std::uint32_t>(x);
+#endif
+}
+
+/// |x|'s bits: ordered as |x| is among non-NaN values, with every NaN above infinity, so the
+/// largest key of a tensor is its amax, or a NaN where it holds one (as amax_of). Device code
+/// reduces keys with integer maxima (atomicMax).
+PRECIS_HOST_DEVICE inline std::uint32_t amax_key(float x) { return fp32_bits(x) & 0x7fffffffu; }
+
+/// One value's fp8 cast, as fp8::quantize_into makes it: the bits of x * scale (formed in fp32)
+/// rounded once to nearest even into F8, saturating; whether |x * scale| reached overflow_at
+/// (F8's max + half its spacing there: what rounding to nearest would overflow from); whether a
+/// nonzero finite x became a zero. The device's casts call this per element; quantize_into is
+/// the host's vectorized form of it.
+template <class F8>
+struct element_cast {
+  typename F8::storage_type bits;
+  bool saturated;
+  bool flushed;
+};
+template <class F8>
+PRECIS_HOST_DEVICE inline element_cast<F8> cast_element(float x, float scale, float overflow_at) {
+  using storage = typename F8::storage_type;
+  constexpr auto magnitude = static_cast<storage>((1u << (8 * sizeof(storage) - 1)) - 1u);
+  const float b = x * scale;
+  const auto bits = static_cast<storage>(precis::detail::encode_bits<precis::detail::bit_format<F8>::lay>(
+      precis::detail::split_bits<precis::detail::fp32_layout>(fp32_bits(b)), rounding::nearest_even, overflow::saturate, 0));
+  return {bits, b >= overflow_at || -b >= overflow_at, x != 0.0f && x == x && (bits & magnitude) == 0};
+}
+
 }  // namespace detail
+
+/// What rounding to nearest into F8 overflows from: max + half the spacing at max (464 for
+/// e4m3, 61440 for e5m2). A cast counts a value as saturated where |x * scale| reaches it.
+template <class F8>
+float overflow_threshold() {
+  return max_finite<F8>() + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
+}
 
 /// scale = fp8_max / amax / 2^margin (rounded to the largest power of two not above it when
 /// power_of_two); `previous` where amax is 0 or not finite; FLT_MAX where the quotient is not
@@ -232,8 +275,7 @@ void check_scale(float scale, const char* who, const Shape& shape) {
 template <class F8>
 cast_stats quantize_into(const float* x, std::size_t n, float scale, F8* out, const float* amax = nullptr) {
   static_assert(is_fp8<F8>, "precis::fp8::quantize_into: F8 must be precis::float8_e4m3 or precis::float8_e5m2");
-  // rounding to nearest overflows from max + half the spacing at max (464 for e4m3, 61440 for e5m2)
-  const float overflow_at = max_finite<F8>() + std::ldexp(1.0f, format_traits<F8>::emax - format_traits<F8>::digits);
+  const float overflow_at = overflow_threshold<F8>();
   cast_stats st;
   st.count = n;
   st.amax = amax != nullptr ? *amax : detail::amax_of(x, n);
