@@ -447,48 +447,55 @@ TEST(OpLayerReference, Conv2dWeightGradientDirectFloat) { expect_weight_grad_dir
 TEST(OpLayerReference, Conv2dWeightGradientDirectBfloat16) { expect_weight_grad_direct<bfloat16>(); }
 TEST(OpLayerReference, Conv2dWeightGradientDirectHalf) { expect_weight_grad_direct<half>(); }
 
-/// batch_norm's sums over a channel (102 400 fp32 values here) are pairwise on eight lanes in
-/// the accumulator, each value in at most ceil(log2 m) + 2 additions: the batch mean within
+/// batch_norm's sums over a channel (102 400 values here) are pairwise on eight lanes in the
+/// accumulator, each value in at most ceil(log2 m) + 2 additions: the batch mean within
 /// gamma(ceil(log2 m) + 3) sum|x| / m of the exact mean, the variance within gamma(ceil(log2 m)
 /// + 6) of the exact one (the difference, its square, the sum, the division) plus the mean's
-/// error squared, and beta's gradient within gamma(ceil(log2 m) + 2) sum|gy|.
-/// Values near 100 (channel 0) and gradients near 1 make a running fp32 sum miss these bounds.
-TEST(OpLayerReference, BatchNormSumsArePairwise) {
-  using P = pol::true_<float>;
-  const index_t n = 16, c = 2, s = 6400, m = n * s;
-  Tensor<float> x(Shape{n, c, 80, 80}), w(x.shape()), gamma(Shape{c}), beta(Shape{c});
+/// error squared, and beta's gradient within gamma(ceil(log2 m) + 2) sum|gy|, u the
+/// accumulator's unit roundoff: fp32 under 32-true, bf16 and fp16 under bf16-true and 16-true.
+/// Values near `offset` (channel 0; 100 makes a running fp32 sum miss these bounds) and
+/// gradients near 1; fp16's sums stay below its largest value (65504) with offset 0 and m / 4.
+template <class S>
+void expect_batch_norm_sums_pairwise(index_t n, float offset) {
+  using P = pol::true_<S>;  // S stores, computes and accumulates
+  const index_t c = 2, s = 6400, m = n * s;
+  Tensor<S> x(Shape{n, c, 80, 80}), w(x.shape()), gamma(Shape{c}), beta(Shape{c});
   fill_uniform(x.view(), -1, 1, 400);
   fill_uniform(w.view(), 0.5, 1.5, 401);
   for (index_t i = 0; i < n; ++i)
-    for (index_t j = 0; j < s; ++j) x.data()[(i * c) * s + j] += 100.0f;  // channel 0 around 100
-  std::fill(gamma.begin(), gamma.end(), 1.0f);
-  std::fill(beta.begin(), beta.end(), 0.0f);
+    for (index_t j = 0; j < s; ++j) {  // channel 0 around offset
+      S& v = x.data()[(i * c) * s + j];
+      v = detail::store<S>(detail::load<float>(v) + offset);
+    }
+  std::fill(gamma.begin(), gamma.end(), detail::store<S>(1.0f));
+  std::fill(beta.begin(), beta.end(), detail::store<S>(0.0f));
   std::array<double, 2> run_mean{}, run_var{};
   batch_norm_options o;
   o.momentum = 1;  // the running statistics become the batch's
   o.running_mean = run_mean.data();
   o.running_var = run_var.data();
-  Tensor<float> gx(x.shape()), gg(gamma.shape()), gb(beta.shape());
+  Tensor<S> gx(x.shape()), gg(gamma.shape()), gb(beta.shape());
   Tape<P> tape;
   tape.backward(sum(mul(batch_norm(tape.param(x.view(), gx.view()), tape.param(gamma.view(), gg.view()),
                                    tape.param(beta.view(), gb.view()), o),
                         tape.input(w, false))));
-  const double u = unit_roundoff<float>();
+  const double u = unit_roundoff<S>();
   const int lg = bounds::ceil_log2(static_cast<double>(m));
+  const auto at_ = [](const Tensor<S>& t, index_t k) { return static_cast<double>(detail::load<float>(t.data()[k])); };
   for (index_t ch = 0; ch < c; ++ch) {
     double sx = 0, sa = 0, sw = 0;
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < s; ++j) {
-        const index_t at = (i * c + ch) * s + j;
-        sx += x.data()[at];
-        sa += std::abs(static_cast<double>(x.data()[at]));
-        sw += w.data()[at];
+        const index_t k = (i * c + ch) * s + j;
+        sx += at_(x, k);
+        sa += std::abs(at_(x, k));
+        sw += at_(w, k);
       }
     const double mu = sx / static_cast<double>(m);
     double v = 0;
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < s; ++j) {
-        const double d = x.data()[(i * c + ch) * s + j] - mu;
+        const double d = at_(x, (i * c + ch) * s + j) - mu;
         v += d * d;
       }
     v /= static_cast<double>(m);
@@ -496,8 +503,14 @@ TEST(OpLayerReference, BatchNormSumsArePairwise) {
     EXPECT_LE(mean_err, bounds::gamma(lg + 3, u) * sa / static_cast<double>(m)) << "channel " << ch;
     const double var = run_var[static_cast<std::size_t>(ch)] * static_cast<double>(m - 1) / static_cast<double>(m);
     EXPECT_LE(std::abs(var - v), bounds::gamma(lg + 6, u) * var + mean_err * mean_err + 1e-12 * v) << "channel " << ch;
-    EXPECT_LE(std::abs(gb.data()[ch] - sw), bounds::gamma(lg + 2, u) * sw) << "channel " << ch;
+    EXPECT_LE(std::abs(at_(gb, ch) - sw), bounds::gamma(lg + 2, u) * sw) << "channel " << ch;  // S holds Acc exactly
   }
+}
+
+TEST(OpLayerReference, BatchNormSumsArePairwise) {
+  expect_batch_norm_sums_pairwise<float>(16, 100.0f);
+  expect_batch_norm_sums_pairwise<bfloat16>(16, 100.0f);  // bf16-true
+  expect_batch_norm_sums_pairwise<half>(4, 0.0f);         // 16-true
 }
 
 /// softmax(q k^T / sqrt(d), causal) v by its definition, in double.

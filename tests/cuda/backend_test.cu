@@ -557,17 +557,9 @@ model_result run_convolutions() {
       return tape.param(values[i].view(), host_grads[i].view());
     }
   };
-  // batch norm where the host has it (an fp32 or fp64 accumulator); under the 16-bit "-true"
-  // policies, whose batch norm the host refuses, a per-channel affine map of the same parameters
-  constexpr bool with_bn = std::is_same_v<precis::detail::ad::arith_t<typename P::high_type>, typename P::high_type>;
   const auto norm = [&](auto v, std::size_t gi, bool training, precis::Tensor<double>& hm, pc::DeviceTensor<double>& dm,
                         precis::Tensor<double>& hv, pc::DeviceTensor<double>& dv) {
-    if constexpr (with_bn) {
-      return precis::batch_norm(v, bind(gi), bind(gi + 1), {training, 0.1, 1e-5, stats(hm, dm), stats(hv, dv)});
-    } else {
-      const Shape per_channel{shapes[gi][0], 1, 1};
-      return precis::mul(v, precis::reshape(bind(gi), per_channel)) + precis::reshape(bind(gi + 1), per_channel);
-    }
+    return precis::batch_norm(v, bind(gi), bind(gi + 1), {training, 0.1, 1e-5, stats(hm, dm), stats(hv, dv)});
   };
   const precis::pool2d_options padded{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   auto c = precis::conv2d(xv, bind(0), bind(1), precis::conv2d_options{.padding = {1, 1}});

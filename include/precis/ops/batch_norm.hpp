@@ -64,8 +64,7 @@ struct batch_norm : def<policy::safety::needs_wide> {
   template <class T, class Ctx, class O, class X, class Gm, class Bt>
   static void forward(const Ctx& ctx, const attrs& a, const TensorView<O>& y, saved<T>& sv, const TensorView<const X>& x,
                       const TensorView<const Gm>& gamma, const TensorView<const Bt>& beta) {
-    using Acc = detail::ad::arith_t<typename T::accumulator>;
-    static_assert(std::is_same_v<Acc, typename T::accumulator>, "batch_norm accumulates in an arithmetic type");
+    using Acc = typename T::accumulator;
     const auto xc = ctx.template as<detail::remove_const_t<X>>(x, false);
     const index_t c = x.shape()[1];
     auto* stats = (ctx.saving() ? ctx.template keep<Acc>(Shape{2 * c}) : ctx.template temp<Acc>(Shape{2 * c})).data();

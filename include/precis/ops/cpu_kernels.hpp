@@ -673,7 +673,7 @@ const Acc* load(const X* p, index_t len, Acc* buf) {
 template <class Acc>
 struct lane_sum {
   struct lanes {
-    std::array<Acc, 8> v;  // lanes{0}, pairwise_sum's starting value, zeroes all eight
+    std::array<Acc, 8> v;  // lanes{}, pairwise_sum's starting value, zeroes all eight
     lanes operator+(const lanes& o) const {
       lanes r;
       for (std::size_t k = 0; k < 8; ++k) r.v[k] = v[k] + o.v[k];

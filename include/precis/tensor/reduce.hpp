@@ -81,7 +81,7 @@ struct pairwise_sum {
   }
   /// Combines the remaining blocks smallest first.
   Acc result() const {
-    Acc s{0};
+    Acc s{};  // zero (value-initialized: also an aggregate of 16-bit lanes, whose int constructor is explicit)
     bool any = false;
     for (int b = 0; b < 64 && (count >> b) != 0; ++b) {
       if ((count >> b) & 1) {
