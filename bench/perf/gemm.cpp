@@ -5,7 +5,9 @@
 // L1-resident panels, which adds the loads every GEMM needs), for the AVX2 and, where the CPU has
 // it, the AVX-512 kernels; and oneDNN's sgemm when the benchmark was built with it (Debian
 // libdnnl-dev, found at configure time) and its bf16 matmul; the vdpbf16ps ceiling and the AVX512-BF16 tile
-// kernel alone where the CPU has AVX512-BF16. precis::gemm runs at the level precis::gemm_isa_in_use()
+// kernel alone where the CPU has AVX512-BF16; the fp16 vmulph + vaddph ceiling and the 16-true
+// GEMM's tile kernels (the AVX-512 emulation, AVX512-FP16's native lanes) where the CPU has
+// AVX512-FP16. precis::gemm runs at the level precis::gemm_isa_in_use()
 // reports (PRECIS_GEMM_ISA=avx2 caps it). Counter GFLOP/s = 2mnk / time.
 // bench/ratios.py --gemm turns the JSON into the table in docs/benchmarks.md.
 #include <cstdio>
@@ -60,6 +62,18 @@ void BM_precis_gemm(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
+/// BM_precis_gemm with the GEMM's level capped at Cap (precis::limit_gemm_isa) for the run.
+template <class S, class Acc, precis::gemm_isa Cap>
+void BM_precis_gemm_capped(benchmark::State& state) {
+  if (precis::gemm_isa_available() < Cap) {
+    state.SkipWithError("the CPU lacks the level this row caps the GEMM at");
+    return;
+  }
+  const precis::gemm_isa before = precis::limit_gemm_isa(Cap);
+  BM_precis_gemm<S, Acc>(state);
+  precis::limit_gemm_isa(before);
 }
 
 /// Eigen's product of T.
@@ -227,6 +241,73 @@ void BM_tile_kernel_avx512_bf16(benchmark::State& state) {
 
 BENCHMARK(BM_peak_dpbf16);
 BENCHMARK(BM_tile_kernel_avx512_bf16);
+
+/// The fp16 ceiling of the 16-true GEMM's step: 12 independent chains of acc = acc + x * y in
+/// registers (vmulph then vaddph, rounded apart as the GEMM rounds them: 32 multiply-adds, 64
+/// flops, per pair).
+PRECIS_TARGET_AVX512_FP16 inline void fp16_step(__m512h& c, __m512h& x, __m512h y) {
+  __asm__ volatile("" : "+v"(x));  // opaque: a product per chain and step, not hoisted
+  c = precis::detail::fp16_add(c, precis::detail::fp16_mul(x, y));
+}
+PRECIS_TARGET_AVX512_FP16 void peak_fp16_loop(benchmark::State& state) {
+  const __m512h y = _mm512_set1_ph(static_cast<_Float16>(1e-3f)), one = _mm512_set1_ph(static_cast<_Float16>(1.0f));
+  __m512h x0 = _mm512_set1_ph(static_cast<_Float16>(0.999f)), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0,
+          x8 = x0, x9 = x0, x10 = x0, x11 = x0;
+  __m512h c0 = one, c1 = one, c2 = one, c3 = one, c4 = one, c5 = one, c6 = one, c7 = one, c8 = one, c9 = one, c10 = one,
+          c11 = one;
+  constexpr long inner = 1 << 15;
+  for (auto _ : state) {
+    for (long i = 0; i < inner; ++i) {
+      fp16_step(c0, x0, y); fp16_step(c1, x1, y); fp16_step(c2, x2, y); fp16_step(c3, x3, y);
+      fp16_step(c4, x4, y); fp16_step(c5, x5, y); fp16_step(c6, x6, y); fp16_step(c7, x7, y);
+      fp16_step(c8, x8, y); fp16_step(c9, x9, y); fp16_step(c10, x10, y); fp16_step(c11, x11, y);
+    }
+    benchmark::DoNotOptimize(c0); benchmark::DoNotOptimize(c1); benchmark::DoNotOptimize(c2);
+    benchmark::DoNotOptimize(c3); benchmark::DoNotOptimize(c4); benchmark::DoNotOptimize(c5);
+    benchmark::DoNotOptimize(c6); benchmark::DoNotOptimize(c7); benchmark::DoNotOptimize(c8);
+    benchmark::DoNotOptimize(c9); benchmark::DoNotOptimize(c10); benchmark::DoNotOptimize(c11);
+  }
+  set_flops(state, 64.0 * 12 * double(inner));
+}
+
+void BM_peak_fp16(benchmark::State& state) {
+  if (!precis::detail::cpu_has_avx512_fp16()) {
+    state.SkipWithError("AVX512-FP16 is not available on this CPU");
+    return;
+  }
+  peak_fp16_loop(state);
+}
+
+/// The fp16-accumulator tile kernels alone on L1-resident packed panels (6 x 32, kc = 128):
+/// the AVX-512 emulation in fp32 lanes (the baseline) and AVX512-FP16's native lanes, the
+/// same bits.
+template <bool Native>
+void BM_tile_kernel_fp16_acc(benchmark::State& state) {
+  if (!(Native ? precis::detail::cpu_has_avx512_fp16() : precis::detail::cpu_has_avx512f())) {
+    state.SkipWithError(Native ? "AVX512-FP16 is not available on this CPU" : "AVX-512F is not available on this CPU");
+    return;
+  }
+  using precis::half;
+  constexpr long kc = 128, nr = 32, mr = 6;
+  auto a = precis::detail::allocate_aligned<half>(mr * kc);
+  auto b = precis::detail::allocate_aligned<half>(nr * kc);
+  for (long i = 0; i < mr * kc; ++i) a[static_cast<std::size_t>(i)] = half(0.03f);
+  for (long i = 0; i < nr * kc; ++i) b[static_cast<std::size_t>(i)] = half(0.03f);
+  alignas(64) half c[std::size_t{mr} * nr] = {};
+  for (auto _ : state) {
+    if constexpr (Native) {
+      precis::detail::avx512_fp16_tile_kernel(kc, a.get(), b.get(), c, nr, 1, mr, nr, half(1.0f), half(0.0f));
+    } else {
+      precis::detail::avx512_narrow_tile_kernel<half>(kc, a.get(), b.get(), c, nr, 1, mr, nr, half(1.0f), half(0.0f));
+    }
+    benchmark::DoNotOptimize(c);
+  }
+  set_flops(state, 2.0 * mr * double(nr) * kc);
+}
+
+BENCHMARK(BM_peak_fp16);
+BENCHMARK_TEMPLATE(BM_tile_kernel_fp16_acc, false);
+BENCHMARK_TEMPLATE(BM_tile_kernel_fp16_acc, true);
 #endif
 
 #if defined(PRECIS_BENCH_ONEDNN)
@@ -330,6 +411,11 @@ BENCHMARK_TEMPLATE(BM_precis_gemm, precis::float8_e4m3, float)->Apply(sizes);
 // Eigen's 16-bit products above, every product and sum rounded to the format.
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, precis::half)->Apply(small_sizes);
+#if PRECIS_X86_SIMD
+// the fp16 accumulator at the avx512 level (the emulation in fp32 lanes), beside the row above,
+// which runs in AVX512-FP16's native lanes where the CPU has them: the same bits
+BENCHMARK_TEMPLATE(BM_precis_gemm_capped, precis::half, precis::half, precis::gemm_isa::avx512)->Apply(small_sizes);
+#endif
 
 }  // namespace
 

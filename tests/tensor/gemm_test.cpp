@@ -242,9 +242,10 @@ void expect_16bit_gemm_cases() {
 
 TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
   // the "-true" policies' GEMM at every level this CPU has (the portable 4 x 4 tile, AVX2's
-  // 6 x 16, AVX-512's 6 x 32): ragged tiles, transposed views, several K blocks, alpha and
-  // beta, two threads
-  for (gemm_isa isa : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512}) {
+  // 6 x 16, AVX-512's 6 x 32, and from avx512_bf16 up fp16 in AVX512-FP16's native lanes where
+  // the CPU has them): ragged tiles, transposed views, several K blocks, alpha and beta, two
+  // threads
+  for (gemm_isa isa : {gemm_isa::portable, gemm_isa::avx2, gemm_isa::avx512, gemm_isa::avx512_bf16}) {
     if (isa > gemm_isa_available()) continue;
     SCOPED_TRACE(to_string(isa));
     const gemm_isa before = limit_gemm_isa(isa);
@@ -252,6 +253,52 @@ TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
     limit_gemm_isa(before);
   }
 }
+
+#if PRECIS_X86_SIMD
+TEST(Gemm16BitAccumulator, Avx512Fp16IsTheEmulationBitForBit) {
+  // vmulph and vaddph in 32 fp16 lanes against the AVX-512 emulation in fp32 lanes (and, above,
+  // against the portable arithmetic written out): full and ragged tiles, subnormal products,
+  // overflow to infinity and NaN, beta * C, two threads
+  if (!detail::cpu_has_avx512_fp16() || gemm_isa_available() < gemm_isa::avx512_bf16) {
+    GTEST_SKIP() << "AVX512-FP16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
+  }
+  ASSERT_EQ(detail::select_kernel<half>(gemm_isa::avx512_bf16).tile, &detail::avx512_fp16_tile_kernel);
+  ASSERT_NE(detail::select_kernel<half>(gemm_isa::avx512).tile, &detail::avx512_fp16_tile_kernel);
+  struct shape_case {
+    index_t m, k, n;
+    bool ta, tb;
+    double alpha, beta, lo, hi;
+    int threads;
+  };
+  for (const shape_case& q : {shape_case{6, 128, 32, false, false, 1.0, 0.0, -14, 4, 1}, {12, 257, 64, true, false, 1.0, 0.5, -14, 4, 1},
+                              {37, 300, 70, false, true, -0.75, 0.3, -14, 4, 2}, {7, 5, 17, true, true, 1.0, 0.0, -3, 0, 1},
+                              {12, 6, 20, false, false, 1.0, 0.0, -14, 10, 1}, {130, 600, 97, false, false, 1.0, 0.0, -20, -2, 2}}) {
+    Tensor<half> a_store(q.ta ? Shape{q.k, q.m} : Shape{q.m, q.k}), b_store(q.tb ? Shape{q.n, q.k} : Shape{q.k, q.n});
+    fill_log_uniform(a_store, q.lo, q.hi, static_cast<std::uint64_t>(q.m * 31 + q.k), true);
+    fill_log_uniform(b_store, q.lo, q.hi, static_cast<std::uint64_t>(q.n * 37 + q.k), true);
+    const auto a = q.ta ? a_store.transpose() : a_store.view();
+    const auto b = q.tb ? b_store.transpose() : b_store.view();
+    Tensor<half> c0({q.m, q.n});
+    fill_uniform(c0, -4, 4, 7);
+    Tensor<half> emulated = c0, native = c0;
+    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+    gemm<half>(half(q.alpha), a, b, half(q.beta), emulated, q.threads);
+    limit_gemm_isa(gemm_isa::avx512_bf16);
+    gemm<half>(half(q.alpha), a, b, half(q.beta), native, q.threads);
+    limit_gemm_isa(before);
+    std::size_t special = 0;
+    for (index_t i = 0; i < emulated.size(); ++i) {
+      const auto e = std::bit_cast<std::uint16_t>(emulated.data()[i]), v = std::bit_cast<std::uint16_t>(native.data()[i]);
+      ASSERT_EQ(e, v) << "C entry " << i << " of " << q.m << "x" << q.k << "x" << q.n << ": the emulation's bits " << e
+                      << ", AVX512-FP16's " << v;
+      special += (e & 0x7c00u) == 0x7c00u || (e & 0x7c00u) == 0 ? 1u : 0u;  // inf, NaN, zero, subnormal
+    }
+    if (q.hi >= 10 || q.hi <= -2) {
+      EXPECT_GT(special, 0u) << q.m << "x" << q.k << "x" << q.n;  // the data reach those cases
+    }
+  }
+}
+#endif
 
 TEST(Gemm16BitAccumulator, Bf16NaNsComeOutAsTheQuietNaN) {
   // NaN inputs with every kind of payload (signalling, all mantissa bits set, either sign) and

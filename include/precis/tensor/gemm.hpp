@@ -34,6 +34,7 @@
 #include "precis/tensor/gemm/spread.hpp"
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
+#include "precis/tensor/gemm/kernel_avx512_fp16.hpp"
 #include "precis/tensor/gemm/kernel_amx_bf16.hpp"
 
 #if defined(_OPENMP)
@@ -52,7 +53,9 @@ namespace precis {
 /// bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is bit-identical to them except that it
 /// flushes fp32 denormals to zero (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, whose sums
 /// differ from the fp32 kernels' in the last bits (two chains per 32 k; within the same bound;
-/// tensor/gemm/kernel_amx_bf16.hpp).
+/// tensor/gemm/kernel_amx_bf16.hpp). At avx512_bf16 and above, where the CPU also has
+/// AVX512-FP16, the fp16-accumulator GEMM (the 16-true policy's) runs in native fp16 lanes with
+/// the AVX-512 emulation's bits (tensor/gemm/kernel_avx512_fp16.hpp).
 enum class gemm_isa { portable, avx2, avx512, avx512_bf16, amx_bf16 };
 
 inline const char* to_string(gemm_isa i) noexcept {
@@ -348,6 +351,9 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     if (isa >= gemm_isa::avx512) return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>()};
     if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
+  }
+  if constexpr (std::is_same_v<Acc, half>) {  // the emulation's bits in native fp16 lanes
+    if (isa >= gemm_isa::avx512_bf16 && cpu_has_avx512_fp16()) return {&avx512_fp16_tile_kernel, blocking_avx512<Acc>()};
   }
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
     if (isa >= gemm_isa::avx512) return {&avx512_narrow_tile_kernel<Acc>, blocking_avx512<Acc>()};
