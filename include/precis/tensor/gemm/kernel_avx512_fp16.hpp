@@ -9,7 +9,7 @@
 // multiply then rounding to fp16 is vmulph's correctly rounded product; fp32 holds 24 >= 2 x 11
 // + 2 bits, so its rounded sum of two fp16 values rounded again to fp16 is the correctly rounded
 // fp16 sum, vaddph's. Both round to nearest even, overflow to infinity and keep subnormals
-// (the fp16 instructions ignore MXCSR's DAZ and FTZ). The tile (6 x 32), the packing, the
+// (with MXCSR's DAZ and FTZ off, as precis leaves them). The tile (6 x 32), the packing, the
 // K blocks (kc = 128), the order of k within a block and the epilogue's roundings (t =
 // round(alpha ab), then round(t + round(beta c))) are the AVX-512 emulation's, so each C entry
 // is the same chain of roundings: bit for bit the same C (NaNs too: x86 propagates the first
