@@ -241,7 +241,9 @@ void BM_tile_kernel_avx512_bf16(benchmark::State& state) {
 
 BENCHMARK(BM_peak_dpbf16);
 BENCHMARK(BM_tile_kernel_avx512_bf16);
+#endif
 
+#if PRECIS_AVX512_FP16_KERNEL
 /// The fp16 ceiling of the 16-true GEMM's step: 12 independent chains of acc = acc + x * y in
 /// registers (vmulph then vaddph, rounded apart as the GEMM rounds them: 32 multiply-adds, 64
 /// flops, per pair).
@@ -411,7 +413,7 @@ BENCHMARK_TEMPLATE(BM_precis_gemm, precis::float8_e4m3, float)->Apply(sizes);
 // Eigen's 16-bit products above, every product and sum rounded to the format.
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, precis::half)->Apply(small_sizes);
-#if PRECIS_X86_SIMD
+#if PRECIS_AVX512_FP16_KERNEL
 // the fp16 accumulator at the avx512 level (the emulation in fp32 lanes), beside the row above,
 // which runs in AVX512-FP16's native lanes where the CPU has them: the same bits
 BENCHMARK_TEMPLATE(BM_precis_gemm_capped, precis::half, precis::half, precis::gemm_isa::avx512)->Apply(small_sizes);

@@ -254,11 +254,13 @@ TEST(Gemm16BitAccumulator, BitIdenticalToThePortableArithmetic) {
   }
 }
 
-#if PRECIS_X86_SIMD
 TEST(Gemm16BitAccumulator, Avx512Fp16IsTheEmulationBitForBit) {
   // vmulph and vaddph in 32 fp16 lanes against the AVX-512 emulation in fp32 lanes (and, above,
   // against the portable arithmetic written out): full and ragged tiles, subnormal products,
   // overflow to infinity and NaN, beta * C, two threads
+#if !PRECIS_AVX512_FP16_KERNEL
+  GTEST_SKIP() << "this compiler does not build the AVX512-FP16 kernel (GCC 12 or later, or -mavx512fp16)";
+#else
   if (!detail::cpu_has_avx512_fp16() || gemm_isa_available() < gemm_isa::avx512_bf16) {
     GTEST_SKIP() << "AVX512-FP16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   }
@@ -297,8 +299,8 @@ TEST(Gemm16BitAccumulator, Avx512Fp16IsTheEmulationBitForBit) {
       EXPECT_GT(special, 0u) << q.m << "x" << q.k << "x" << q.n;  // the data reach those cases
     }
   }
-}
 #endif
+}
 
 TEST(Gemm16BitAccumulator, Bf16NaNsComeOutAsTheQuietNaN) {
   // NaN inputs with every kind of payload (signalling, all mantissa bits set, either sign) and

@@ -352,9 +352,11 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
     if (isa >= gemm_isa::avx512) return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>()};
     if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
+#if PRECIS_AVX512_FP16_KERNEL
   if constexpr (std::is_same_v<Acc, half>) {  // the emulation's bits in native fp16 lanes
     if (isa >= gemm_isa::avx512_bf16 && cpu_has_avx512_fp16()) return {&avx512_fp16_tile_kernel, blocking_avx512<Acc>()};
   }
+#endif
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
     if (isa >= gemm_isa::avx512) return {&avx512_narrow_tile_kernel<Acc>, blocking_avx512<Acc>()};
     if (isa >= gemm_isa::avx2) return {&avx2_narrow_tile_kernel<Acc>, blocking_for<Acc>(true)};

@@ -22,12 +22,22 @@
 // independent add chains of 4-cycle latency (4 cycles): bound by the ports, at the fp16 peak
 // of 32 multiply-adds a cycle; the A values come as embedded broadcasts ({1to32}) of vmulph.
 // Chosen at run time where the CPU has AVX512-FP16 and the GEMM's level is avx512_bf16 or
-// above (precis::gemm_isa), so limit_gemm_isa(gemm_isa::avx512) selects the emulation.
+// above (precis::gemm_isa), so limit_gemm_isa(gemm_isa::avx512) selects the emulation; built
+// where the compiler can (PRECIS_AVX512_FP16_KERNEL), elsewhere the emulation runs.
 #pragma once
 
 #include "precis/config.hpp"
 
-#if PRECIS_X86_SIMD
+// Compilers whose <immintrin.h> declares the AVX512-FP16 intrinsics and _Float16 for a
+// function's target attribute: GCC from 12; others (Clang 14 has neither without
+// -mavx512fp16) when the whole translation unit targets AVX512-FP16.
+#if PRECIS_X86_SIMD && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__))
+#define PRECIS_AVX512_FP16_KERNEL 1
+#else
+#define PRECIS_AVX512_FP16_KERNEL 0
+#endif
+
+#if PRECIS_AVX512_FP16_KERNEL
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -106,4 +116,4 @@ PRECIS_TARGET_AVX512_FP16 inline void avx512_fp16_tile_kernel(index_t kc, const 
 
 }  // namespace precis::detail
 
-#endif  // PRECIS_X86_SIMD
+#endif  // PRECIS_AVX512_FP16_KERNEL
