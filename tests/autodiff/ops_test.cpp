@@ -776,6 +776,11 @@ TEST(OpLayerErrors, NameTheOpShapesAndExpectation) {
   expect_error<shape_error>([&] { (void)conv2d<P>(x, Tensor<float>(Shape{4, 3, 7, 3})); },
                             {"precis::conv2d", "no larger than the padded input"});
   expect_error<shape_error>([&] { (void)max_pool2d<P>(x, {{6, 6}, {0, 0}, {0, 0}}); }, {"precis::max_pool2d", "padded input"});
+  // a plane of width 0 padded into windows of padding only: nothing to take the max of
+  expect_error<shape_error>([&] { (void)max_pool2d<P>(Tensor<float>(Shape{1, 1, 0, 4}), {{2, 2}, {0, 0}, {1, 1}}); },
+                            {"precis::max_pool2d", "[1, 1, 0, 4]", "H and W of at least 1"});
+  expect_error<shape_error>([&] { (void)avg_pool2d<P>(Tensor<float>(Shape{1, 1, 4, 0}), {{2, 2}, {0, 0}, {1, 1}}); },
+                            {"precis::avg_pool2d", "H and W of at least 1"});
   expect_error<shape_error>([&] { (void)masked_fill<P>(x, Tensor<float>(Shape{4}), 0.0); },
                             {"precis::masked_fill", "mask [4]", "[2, 3, 5, 5]", "broadcasts"});
   expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 4}), Tensor<float>(Shape{2, 3, 5}),

@@ -231,6 +231,9 @@ struct pool_def {
       fail("kernel >= 1, stride >= 0 (0: the kernel) and padding >= 0");
     }
     if (2 * a.padding[0] > a.kernel[0] || 2 * a.padding[1] > a.kernel[1]) fail("padding at most half the kernel");
+    // with H, W >= 1 and padding at most half the kernel, every window holds an element of x
+    // (an empty plane's padded windows would hold none: a max over nothing)
+    if (x[2] < 1 || x[3] < 1) fail("H and W of at least 1");
     const auto g = geometry_of(a, x);
     if (g.ho < 0 || g.wo < 0) fail("a kernel no larger than the padded input");
     return Shape{x[0], x[1], g.ho, g.wo};
