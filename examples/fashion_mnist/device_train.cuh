@@ -58,7 +58,7 @@ result train_on_device(const request& q, optim::update_rounding how, const Scale
   const pc::device_backend on_stream{stream.get()};
   Model<D> net(st.seed);  // the CPU run's initial bits, uploaded
   const double lr = st.lr > 0 ? st.lr : Model<P>::lr;
-  Opt opt(net, Model<P>::training::make(lr), scaler..., typename Opt::options{.stream = stream.get(), .rounding = how});
+  Opt opt(net, Model<P>::training::make(lr), scaler..., typename Opt::options{.stream = stream.get(), .rounding = how, .seed = st.seed});
   const TensorView<const double> seed(opt.device_scale(), Shape{});
 
   const index_t n = q.tr.images.shape()[0], steps_per_epoch = n / st.batch;
@@ -71,6 +71,10 @@ result train_on_device(const request& q, optim::update_rounding how, const Scale
   std::iota(order.begin(), order.end(), index_t{0});
   xoshiro256pp gen(st.seed);
   Tape<D> tape(0, on_stream);
+  // fp16 gradients without loss scaling have already lost what underflows: counted against the
+  // same step recomputed in fp32 on the host, as the CPU run does
+  constexpr bool measure_against_fp32 = std::is_same_v<G, precis::half> && sizeof...(Scaler) == 0 && !P::needs_loss_scaling;
+  Model<pol::named<"32-true">> shadow(st.seed);
   progress bar(q.model + " " + q.policy + " (cuda)", q.epochs, false, st.plain_progress);
   double seconds = 0;
   for (int e = 0; e < q.epochs; ++e) {
@@ -87,10 +91,16 @@ result train_on_device(const request& q, optim::update_rounding how, const Scale
       opt.rule().lr = lr * 0.5 * (1 + std::cos(3.141592653589793 * static_cast<double>(r.steps) / static_cast<double>(total_steps)));
       if (r.steps % 20 == 0) {
         const double inv = 1.0 / opt.read_status().scaler.scale;  // the scale this step was seeded with
+        std::vector<float> ref;
+        if constexpr (measure_against_fp32) ref = fp32_weight_gradients(net, shadow, xb, yb, [&](auto& p) { return p.value_on_host(on_stream); });
+        std::size_t k = 0;
         net.for_each_parameter([&](auto& p) {
           if (p.name.find("weight") == std::string::npos) return;
           const Tensor<G> g = p.grad_on_host(on_stream);
-          for (const auto& v : g) count_gradient(static_cast<double>(static_cast<float>(v)) * inv, r, nullptr);
+          for (const auto& v : g) {
+            count_gradient(static_cast<double>(static_cast<float>(v)) * inv, r, ref.empty() ? nullptr : &ref[k]);
+            ++k;
+          }
         });
       }
       opt.step();

@@ -261,18 +261,21 @@ void sample_gradients(nn::Module<P>& net, double scale, result& r, const std::ve
   });
 }
 
-/// The weight gradients of `net`'s current weights on batch (x, y), computed in fp32: for a
-/// policy whose gradients are fp16 without scaling, what its own gradients would have been.
-template <class P, class Shadow, class S>
+/// The weight gradients of `net`'s current weights on batch (x, y), computed in fp32 on the
+/// host: for a policy whose gradients are fp16 without scaling, what its own gradients would
+/// have been. `values(p)`: parameter p's values as a host tensor (p.value on the host; a copy
+/// from the device for a model on the GPU).
+template <class P, class Shadow, class S, class Values>
 std::vector<float> fp32_weight_gradients(nn::Module<P>& net, Shadow& shadow, const Tensor<S>& x,
-                                         const std::vector<std::int64_t>& y) {
+                                         const std::vector<std::int64_t>& y, Values&& values) {
   using F = pol::named<"32-true">;
   std::vector<nn::Parameter<float, float>*> dst;
   shadow.for_each_parameter([&](auto& p) { dst.push_back(&p); });
   std::size_t i = 0;
   net.for_each_parameter([&](auto& p) {
     auto& d = *dst[i++];
-    for (index_t j = 0; j < p.value.size(); ++j) d.value.data()[j] = static_cast<float>(p.value.data()[j]);
+    const auto& v = values(p);
+    for (index_t j = 0; j < v.size(); ++j) d.value.data()[j] = static_cast<float>(v.data()[j]);
   });
   shadow.zero_grad();
   Tape<F> tape;
@@ -349,7 +352,7 @@ result train(const std::string& model, const std::string& name, const data::labe
       opt.rule().lr = lr * 0.5 * (1 + std::cos(3.141592653589793 * static_cast<double>(r.steps) / static_cast<double>(total_steps)));
       if (r.steps % 20 == 0 && cl.rank == 0) {
         if constexpr (measure_against_fp32) {
-          const auto ref = fp32_weight_gradients(net, shadow, xb, yb);
+          const auto ref = fp32_weight_gradients(net, shadow, xb, yb, [](auto& p) -> const auto& { return p.value; });
           sample_gradients(net, opt.loss_scale(), r, &ref);
         } else {
           sample_gradients(net, opt.loss_scale(), r, nullptr);
