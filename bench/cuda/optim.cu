@@ -83,6 +83,7 @@ void run(const char* model, const std::vector<Shape>& shapes, const char* policy
     check(cudaMemset(g.back().data(), 0, sizeof(G) * static_cast<std::size_t>(s.numel())), "memset");
     n += s.numel();
   }
+  check(cudaDeviceSynchronize(), "memset");  // the zeros are on the default stream; the optimizer's kernels are on `stream`
   for (std::size_t i = 0; i < shapes.size(); ++i) list.push_back({"p" + std::to_string(i), v[i].view(), g[i].view()});
   Opt opt(list, rule, typename Opt::options{.stream = stream});
   const double direct = median_us([&] { opt.step(); }, stream, reps);

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <precis/cuda/backend.cuh>
 #include <precis/cuda/optim.cuh>
 #include <precis/nn/nn.hpp>
@@ -78,6 +79,7 @@ times step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream
   for (auto& c : labels) c = static_cast<std::int64_t>(rng() % static_cast<unsigned>(widths.back()));
   pc::device_buffer<std::int64_t> dlabels(labels.size());
   check(cudaMemcpy(dlabels.data(), labels.data(), labels.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice), "labels");
+  check(cudaStreamSynchronize(nullptr), "labels");  // landed before the step's kernels on `stream` read them
   const precis::borrowed_labels on_device{std::span<const std::int64_t>(dlabels.data(), labels.size())};
 
   precis::Tape<D> tape(0, pc::device_backend{stream});
@@ -150,7 +152,7 @@ int main(int argc, char** argv) {
       row("16-mixed", step_time_us<precis::policy::named<"16-mixed">>(widths, batch, stream, reps));
     }
     cudaStreamDestroy(stream);
-  } catch (const precis::error& e) {
+  } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());
     return 1;
   }

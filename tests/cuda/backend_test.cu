@@ -83,6 +83,13 @@ bool same_bits(const T& a, const T& b) {
 int run_host() {
   pc::DeviceArena temp, keep;  // no allocation yet
   const precis::op::cuda ctx(temp, keep, false);
+  // the device reductions take what the tape calls contiguous: an axis of extent 1 may have any
+  // stride (the transpose of an [n, 1] tensor, [1, n] with strides [1, 1], is dense)
+  float* const nowhere = nullptr;
+  check(pc::fiber_detail::dense(pc::DeviceView<float>(nowhere, Shape{1, 5}, Shape{1, 1})), "[1, 5] with strides [1, 1] is dense");
+  check(pc::fiber_detail::dense(pc::DeviceView<float>(nowhere, Shape{4, 1, 3}, Shape{3, 7, 1})), "[4, 1, 3] with strides [3, 7, 1] is dense");
+  check(!pc::fiber_detail::dense(pc::DeviceView<float>(nowhere, Shape{3, 4}, Shape{1, 3})), "a transposed [4, 3] is not dense");
+  check(!pc::fiber_detail::dense(pc::DeviceView<float>(nowhere, Shape{2, 3}, Shape{4, 1})), "rows 4 apart are not dense");
   try {
     ctx.fp8_gemm("linear");
     check(false, "fp8_gemm without scaling state did not throw");
@@ -674,6 +681,7 @@ struct device_model {
     std::vector<std::int64_t> l(16);
     for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<std::int64_t>((7 * i + 3) % 10);
     pc::check(cudaMemcpy(labels.data(), l.data(), sizeof(std::int64_t) * l.size(), cudaMemcpyHostToDevice), "labels");
+    pc::check(cudaStreamSynchronize(nullptr), "labels");  // landed before the steps' kernels on `stream` read them
   }
 
   void step() {

@@ -87,9 +87,14 @@ class DeviceArena {
     return static_cast<T*>(allocate(n * sizeof(T)));
   }
   /// Forgets every allocation (the memory is reused; kernels still reading it must be ordered
-  /// before the next writes, as on one stream).
+  /// before the next writes, as on one stream). After a step that spilled into more than one
+  /// block, the blocks are merged into one of the peak's size: that waits for the device first
+  /// (kernels queued on any stream may still read the blocks it frees), so it cannot happen
+  /// inside a CUDA graph capture, and a graph captured before it refers to freed memory: capture
+  /// after a step of the same shapes has run.
   void reset() {
     if (blocks_.size() > 1) {
+      check(cudaDeviceSynchronize(), "precis::cuda::DeviceArena::reset: cudaDeviceSynchronize before merging its blocks");
       blocks_.clear();
       add_block(peak_);
     }

@@ -167,7 +167,9 @@ class DeviceTensor {
     d.copy_from(t);
     return d;
   }
-  /// Host -> device; the shapes must match.
+  /// Host -> device; the shapes must match. Returns once the data is in device memory, so
+  /// that work on any stream, a non-blocking one included, sees it (cudaMemcpy from pageable
+  /// memory may return while its last transfer is still on the default stream).
   void copy_from(const Tensor<S>& t) {
     if (t.shape() != shape_) {
       throw shape_error("precis::cuda::DeviceTensor::copy_from: host " + t.shape().str() + " into device " + shape_.str() +
@@ -175,8 +177,10 @@ class DeviceTensor {
     }
     check(cudaMemcpy(buf_.data(), t.data(), buf_.bytes(), cudaMemcpyHostToDevice),
           "cudaMemcpy host -> device of " + std::to_string(buf_.bytes()) + " bytes");
+    check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after a copy host -> device");
   }
-  /// Device -> host, into a new tensor.
+  /// Device -> host, into a new tensor. It waits for the default stream only: synchronize the
+  /// stream of the kernels that wrote this tensor first.
   Tensor<S> to_host() const {
     Tensor<S> t(shape_);
     check(cudaMemcpy(t.data(), buf_.data(), buf_.bytes(), cudaMemcpyDeviceToHost),

@@ -22,7 +22,8 @@
 // the ranges' results by a block per fiber (fiber_detail::split; the norm and logsumexp take two
 // such passes, the largest magnitude or value first), so it is spread over the GPU rather than
 // one block's work. Inputs are dense (the context makes a strided one dense first); outputs are
-// dense.
+// dense. A product the host rounds before it is added is written with acc_math::mul_rn /
+// add_rn, so nvcc does not fuse the two into one fused multiply-add (-fmad=true, its default).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -127,7 +128,7 @@ __global__ void reduce_kernel(const X* x, layout l, O* y) {
         V s = 0;
         for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
           const V v = V(ew_detail::load<V>(p + k * l.inner) * scale);
-          s += v * v;
+          s = acc_math::add_rn(s, acc_math::mul_rn(v, v));
         }
         r = V(acc_math::sqrt(block_reduce(s, add_op{}, shared)) / scale);
       }
@@ -162,7 +163,7 @@ __global__ void softmax_sums_kernel(const G* g, const O* y, layout l, Acc* out) 
     V a = 0;
     for (index_t k = threadIdx.x; k < l.len; k += blockDim.x) {
       const V gv = ew_detail::load<V>(g + s0 + k * l.inner);
-      a += Log ? gv : V(gv * ew_detail::load<V>(y + s0 + k * l.inner));
+      a = acc_math::add_rn(a, Log ? gv : acc_math::mul_rn(gv, ew_detail::load<V>(y + s0 + k * l.inner)));
     }
     a = block_reduce(a, add_op{}, shared);
     if (threadIdx.x == 0) ew_detail::store(out + f, a);
@@ -183,7 +184,7 @@ __global__ void layer_norm_forward_kernel(const X* x, index_t rows, index_t d, c
     V v = 0;
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const V c = V(ew_detail::load<V>(r + j) - mu);
-      v += c * c;
+      v = acc_math::add_rn(v, acc_math::mul_rn(c, c));
     }
     const V var = V(block_reduce(v, add_op{}, shared) / V(d));
     const R rstd = R(1) / R(acc_math::sqrt(R(R(var) + R(eps))));
@@ -194,7 +195,8 @@ __global__ void layer_norm_forward_kernel(const X* x, index_t rows, index_t d, c
     const R m = R(mu), rs = R(V(rstd));
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const R xv = ew_detail::load<R>(r + j);
-      ew_detail::store(y + i * d + j, R(R(R(xv - m) * rs) * ew_detail::load<R>(gamma + j * gs) + ew_detail::load<R>(beta + j * bs)));
+      ew_detail::store(y + i * d + j, acc_math::add_rn(acc_math::mul_rn(R(R(xv - m) * rs), ew_detail::load<R>(gamma + j * gs)),
+                                                       ew_detail::load<R>(beta + j * bs)));
     }
   }
 }
@@ -212,19 +214,20 @@ __global__ void layer_norm_backward_rows(const X* x, const GY* gy, index_t rows,
     V m1 = 0, m2 = 0;
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const R xh = R(R(ew_detail::load<R>(x + i * d + j) - mu) * rstd);
-      const R dxh = R(ew_detail::load<R>(gy + i * d + j) * ew_detail::load<R>(gamma + j * gs));
+      const R dxh = acc_math::mul_rn(ew_detail::load<R>(gy + i * d + j), ew_detail::load<R>(gamma + j * gs));
       m1 += V(dxh);
-      m2 += V(R(dxh * xh));
+      m2 = acc_math::add_rn(m2, V(acc_math::mul_rn(dxh, xh)));
     }
     const R s1 = R(block_reduce(m1, add_op{}, shared));
     const R s2 = R(block_reduce(m2, add_op{}, shared));
     const R inv_d = R(1) / static_cast<R>(d);
     for (index_t j = threadIdx.x; j < d; j += blockDim.x) {
       const R xh = R(R(ew_detail::load<R>(x + i * d + j) - mu) * rstd);
-      const R dxh = R(ew_detail::load<R>(gy + i * d + j) * ew_detail::load<R>(gamma + j * gs));
-      const R dx = R(rstd * R(R(dxh - R(inv_d * s1)) - R(R(xh * inv_d) * s2)));
+      const R dxh = acc_math::mul_rn(ew_detail::load<R>(gy + i * d + j), ew_detail::load<R>(gamma + j * gs));
+      const R dx = acc_math::mul_rn(
+          rstd, acc_math::sub_rn(acc_math::sub_rn(dxh, acc_math::mul_rn(inv_d, s1)), acc_math::mul_rn(R(xh * inv_d), s2)));
       GX* out = gx + i * d + j;
-      ew_detail::store(out, fresh ? dx : R(ew_detail::load<R>(out) + dx));
+      ew_detail::store(out, fresh ? dx : acc_math::add_rn(ew_detail::load<R>(out), dx));
     }
   }
 }
@@ -240,7 +243,7 @@ __global__ void layer_norm_backward_columns(const X* x, const GY* gy, index_t ro
     for (index_t i = 0; i < rows; ++i) {
       const R xh = R(R(ew_detail::load<R>(x + i * d + j) - ew_detail::load<R>(stats + 2 * i)) * ew_detail::load<R>(stats + 2 * i + 1));
       const R gv = ew_detail::load<R>(gy + i * d + j);
-      a += V(R(gv * xh));
+      a = acc_math::add_rn(a, V(acc_math::mul_rn(gv, xh)));
       b += V(gv);
     }
     ew_detail::store(dgamma + j, a);
@@ -286,7 +289,7 @@ __global__ void attention_score_gradients_kernel(Acc* ds, const Acc* p, index_t 
     Acc* d = ds + i * tk;
     const Acc* pr = p + i * tk;
     V dot = 0;
-    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) dot += ew_detail::load<V>(d + j) * ew_detail::load<V>(pr + j);
+    for (index_t j = threadIdx.x; j < tk; j += blockDim.x) dot = acc_math::add_rn(dot, acc_math::mul_rn(ew_detail::load<V>(d + j), ew_detail::load<V>(pr + j)));
     dot = block_reduce(dot, add_op{}, shared);
     for (index_t j = threadIdx.x; j < tk; j += blockDim.x) {
       ew_detail::store(d + j, V(V(ew_detail::load<V>(pr + j) * V(ew_detail::load<V>(d + j) - dot)) * sc));
@@ -377,7 +380,7 @@ __global__ void partial_kernel(const X* x, layout l, split sp, const Acc* arg, A
         a = max_op{}(a, v);
       } else if constexpr (Q == partial::scaled_squares) {
         const V sv = V(v * a0);
-        a += sv * sv;
+        a = acc_math::add_rn(a, acc_math::mul_rn(sv, sv));
       } else {
         a += acc_math::exp(V(v - a0));
       }
@@ -432,9 +435,17 @@ __global__ void combine_kernel(const Acc* part, layout l, split sp, Acc* aux, O*
   }
 }
 
+/// Row-major without gaps, as TensorView::is_contiguous: the stride of an axis of extent 1 is
+/// never used, so any value is accepted there (the tape gives a contiguous view's gradient the
+/// view's own strides, a transpose of an [n, 1] tensor's included).
 template <class S>
 bool dense(const DeviceView<S>& v) {
-  return v.strides() == contiguous_strides(v.shape());
+  index_t expected = 1;
+  for (int i = v.rank() - 1; i >= 0; --i) {
+    if (v.shape()[i] != 1 && v.strides()[i] != expected) return false;
+    expected *= v.shape()[i];
+  }
+  return true;
 }
 
 /// The fibers of x (dense) along `axis`, or of all of x as one fiber (`whole`).

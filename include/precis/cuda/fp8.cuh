@@ -59,12 +59,17 @@ struct slot {
   unsigned long long last_saturated, last_flushed;
   float scale;       // delayed scaling: the scale the next cast uses
   float last_scale;  // the scale the last cast used
-  unsigned long long saturated, flushed;  // since reset_telemetry()
-  unsigned pos;                           // delayed scaling: the history's current entry
+  // since reset_telemetry() (contiguous: total_bytes), counted by the casts themselves, so that
+  // the replays of a captured step count too
+  unsigned long long saturated, flushed, casts, count;
+  unsigned long long last_count;  // the elements of the last cast
+  unsigned pos;                   // delayed scaling: the history's current entry
   unsigned pad1;
 };
-inline constexpr std::size_t last_bytes = 24;  // last_amax_bits .. last_flushed
-static_assert(offsetof(slot, scale) == last_bytes, "precis::cuda::fp8_detail::slot: layout");
+inline constexpr std::size_t last_bytes = 24;   // last_amax_bits .. last_flushed
+inline constexpr std::size_t total_bytes = 32;  // saturated .. count
+static_assert(offsetof(slot, scale) == last_bytes && offsetof(slot, count) + 8 == offsetof(slot, saturated) + total_bytes,
+              "precis::cuda::fp8_detail::slot: layout");
 
 inline constexpr int threads = 256;
 
@@ -104,7 +109,8 @@ __global__ void __launch_bounds__(threads) amax_kernel(const S* x, index_t n, sl
 
 /// out = x * scale rounded once into F8 (saturating), with the statistics. recipe: 0 current
 /// (the scale from the amax the first pass found), 1 delayed (the kept scale; the amax goes
-/// into history[pos]), 2 none (scale 1). Block 0 writes the scale used to *used and s->last_scale.
+/// into history[pos]), 2 none (scale 1). Block 0 writes the scale used to *used and s->last_scale,
+/// and counts the cast.
 template <class F8, class S>
 __global__ void __launch_bounds__(threads) cast_kernel(const S* x, index_t n, F8* out, slot* s, unsigned* history, int recipe,
                                                        float fp8_max, int margin, bool power_of_two, float overflow_at,
@@ -115,6 +121,9 @@ __global__ void __launch_bounds__(threads) cast_kernel(const S* x, index_t n, F8
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *used = scale;
     s->last_scale = scale;
+    s->last_count = static_cast<unsigned long long>(n);
+    s->casts += 1;  // one thread of one block: the stream orders the casts of a slot
+    s->count += static_cast<unsigned long long>(n);
   }
   unsigned m = 0;
   unsigned long long sat = 0, flush = 0;
@@ -197,8 +206,8 @@ class fp8_scaling_state {
   const fp8::recipe& config() const noexcept { return host_.config(); }
 
   /// The entry of the next fp8 GEMM of this step (fp8::scaling_state::next). A new entry's
-  /// device state is allocated and initialized here (scale 1, empty history): synchronous, so
-  /// only the first step of a model pays it.
+  /// device state is allocated and initialized here (scale 1, empty history; under delayed
+  /// scaling the update table rebuilt): synchronous, so only the first step of a model pays it.
   fp8::gemm_scaling& next(std::string_view op) {
     fp8::gemm_scaling& g = host_.next(op);
     if (g.index >= entries_.size()) add_entry();
@@ -212,7 +221,6 @@ class fp8_scaling_state {
     host_.rewind();
     const fp8::recipe& r = host_.config();
     if (r.which != fp8::recipe::kind::delayed || used == 0) return;
-    if (table_size_ != entries_.size()) upload_table();
     fp8_detail::delayed_update_kernel<><<<static_cast<unsigned>(3 * used), fp8_detail::threads, 0, stream_>>>(
         table_.data(), static_cast<unsigned>(r.delayed.history_len), r.delayed.reduce == fp8::amax_reduction::max, r.delayed.margin);
     check(cudaGetLastError(), "precis::cuda::fp8_scaling_state::end_step: launch");
@@ -244,10 +252,6 @@ class fp8_scaling_state {
         x, n, out, s, history_of(entry, t), kind, fp8_max, r.which == fp8::recipe::kind::current ? r.current.margin : 0,
         r.which == fp8::recipe::kind::current && r.current.power_of_two, overflow_at, used);
     check(cudaGetLastError(), "precis::cuda::fp8_scaling_state::cast: launch");
-    counts& c = entries_[entry].host[t];
-    c.last = static_cast<std::size_t>(n);
-    ++c.casts;
-    c.count += static_cast<std::size_t>(n);
   }
 
   /// Copies the device state into the host entries (waits for the stream): each tensor's last
@@ -268,15 +272,14 @@ class fp8_scaling_state {
       const auto install = [&](auto& ts, int t) {
         fp8_detail::slot s;
         std::memcpy(&s, buf.data() + t * slot_stride, sizeof s);
-        const counts& c = entries_[k].host[t];
         fp8::cast_stats last;
         last.amax = bits_to_float(s.last_amax_bits);
-        last.count = c.last;
+        last.count = static_cast<std::size_t>(s.last_count);
         last.saturated = static_cast<std::size_t>(s.last_saturated);
         last.flushed = static_cast<std::size_t>(s.last_flushed);
         fp8::telemetry total;
-        total.casts = c.casts;
-        total.count = c.count;
+        total.casts = static_cast<std::size_t>(s.casts);
+        total.count = static_cast<std::size_t>(s.count);
         total.saturated = static_cast<std::size_t>(s.saturated);
         total.flushed = static_cast<std::size_t>(s.flushed);
         ts.install(last, s.last_scale, total);
@@ -307,9 +310,7 @@ class fp8_scaling_state {
     for (entry& e : entries_) {
       for (int t = 0; t < 3; ++t) {
         fp8_detail::slot* s = slot_of_entry(e, t);
-        check(cudaMemsetAsync(&s->saturated, 0, 2 * sizeof(unsigned long long), stream_),
-              "precis::cuda::fp8_scaling_state::reset_telemetry");
-        e.host[t].casts = e.host[t].count = 0;
+        check(cudaMemsetAsync(&s->saturated, 0, fp8_detail::total_bytes, stream_), "precis::cuda::fp8_scaling_state::reset_telemetry");
       }
     }
     host_.reset_telemetry();
@@ -320,17 +321,13 @@ class fp8_scaling_state {
   const fp8::gemm_scaling& operator[](std::size_t k) const { return host_[k]; }
 
  private:
-  static constexpr std::size_t slot_stride = 64;
+  static constexpr std::size_t slot_stride = 128;
   static_assert(sizeof(fp8_detail::slot) <= slot_stride);
 
-  struct counts {
-    std::size_t last = 0, casts = 0, count = 0;
-  };
   /// One entry's device memory: three slots, then three histories of history_len amaxes
   /// (delayed scaling only).
   struct entry {
     device_buffer<unsigned char> mem;
-    std::array<counts, 3> host{};
   };
 
   static float bits_to_float(unsigned b) {
@@ -358,11 +355,12 @@ class fp8_scaling_state {
       s.last_scale = 1.0f;
       std::memcpy(init.data() + t * slot_stride, &s, sizeof s);
     }
-    entry e{device_buffer<unsigned char>(init.size()), {}};
+    entry e{device_buffer<unsigned char>(init.size())};
     check(cudaMemcpyAsync(e.mem.data(), init.data(), init.size(), cudaMemcpyHostToDevice, stream_),
           "precis::cuda::fp8_scaling_state: a new entry's state");
     check(cudaStreamSynchronize(stream_), "precis::cuda::fp8_scaling_state: a new entry's state");
     entries_.push_back(std::move(e));
+    if (len > 0) upload_table();  // here, in the step that met the entry, rather than in a later end_step()
   }
 
   void upload_table() {
@@ -377,14 +375,12 @@ class fp8_scaling_state {
     check(cudaMemcpyAsync(table_.data(), t.data(), t.size() * sizeof(t[0]), cudaMemcpyHostToDevice, stream_),
           "precis::cuda::fp8_scaling_state: the update table");
     check(cudaStreamSynchronize(stream_), "precis::cuda::fp8_scaling_state: the update table");
-    table_size_ = entries_.size();
   }
 
   fp8::scaling_state host_;
   cudaStream_t stream_;
   std::deque<entry> entries_;
   device_buffer<fp8_detail::tensor_ref> table_;
-  std::size_t table_size_ = 0;
 };
 
 }  // namespace precis::cuda

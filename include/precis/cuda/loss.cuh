@@ -86,9 +86,9 @@ __global__ void backward_rows(const G* gloss, const X* x, index_t rows, index_t 
     const index_t i = t / k, j = t % k;
     const std::int64_t c = labels[i];
     const R p = ::exp(R(ew_detail::load<R>(x + i * s0 + j * s1) - ew_detail::load<R>(lse + i)));
-    const R d = (c >= 0 && c < k) ? R(g * (j == c ? R(p - R(1)) : p)) : static_cast<R>(NAN);
+    const R d = (c >= 0 && c < k) ? acc_math::mul_rn(g, j == c ? R(p - R(1)) : p) : static_cast<R>(NAN);
     GX* out = gx + i * g0 + j * g1;
-    ew_detail::store(out, fresh ? d : R(ew_detail::load<R>(out) + d));
+    ew_detail::store(out, fresh ? d : acc_math::add_rn(ew_detail::load<R>(out), d));
   }
 }
 

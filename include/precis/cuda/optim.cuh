@@ -75,10 +75,13 @@ __device__ M load(const T* p, index_t i) {
   else return static_cast<M>(precis::cuda::detail::load_as_float(p, static_cast<std::size_t>(i)));
 }
 
-/// p[i] = v rounded once to nearest even.
+/// p[i] = v rounded once to nearest even (an fp64 value straight into T: through fp32 first it
+/// could be rounded twice).
 template <class T, class M>
 __device__ void store(T* p, index_t i, M v) {
   if constexpr (std::is_same_v<T, double> || std::is_same_v<T, M>) p[i] = static_cast<T>(v);
+  else if constexpr (std::is_same_v<M, double>)
+    precis::cuda::detail::round_store(p + i, v, rounding::nearest_even, precis::detail::storage_overflow<T>, 0);
   else precis::cuda::detail::store_rounded(p, static_cast<std::size_t>(i), static_cast<float>(v));
 }
 
