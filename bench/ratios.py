@@ -4,7 +4,8 @@
 same run.
 
   ratios.py convert.json             conversion table (precis::convert vs scalar, memcpy, Eigen)
-  ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen and the measured FMA peak
+  ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen, oneDNN (when built with it)
+                                     and the measured peak of the unit each kernel runs on
                                      (later files override rows they re-measure)
   ratios.py --allreduce allreduce.json   all-reduce bus bandwidth vs plain MPI_Allreduce
   ratios.py --stream bench.json      element-wise / reduction GB/s vs memcpy of the same bytes
@@ -56,19 +57,44 @@ MLP = {"-1": "128x784x256", "-2": "128x256x128", "-3": "128x128x10"}
 
 def gemm_table(paths):
     med = {}
+    isa = None  # the level precis's GEMM ran at (bench_gemm records it in the JSON's context)
     for path in paths:
         med.update(medians(path, "GFLOP/s"))
-    peak32 = med.get("BM_peak_fma<float>")
-    peak64 = med.get("BM_peak_fma<double>")
-    tile32 = med.get("BM_tile_kernel<float>")
-    tile64 = med.get("BM_tile_kernel<double>")
-    if None not in (peak32, peak64, tile32, tile64):  # absent when a --benchmark_filter left them out
-        print(f"Measured ceilings (1 core): fp32 FMA peak {peak32:.1f} GFLOP/s, fp64 {peak64:.1f}; "
-              f"precis tile kernel on L1-resident panels: fp32 {tile32:.1f} "
-              f"({100 * tile32 / peak32:.0f}% of peak), fp64 {tile64:.1f} ({100 * tile64 / peak64:.0f}%).\n")
+        isa = json.load(open(path))["context"].get("precis_gemm_isa", isa)
+    # the ceilings measured on one core: register-only loops of each unit, and the tile kernels
+    # on L1-resident panels (absent when a --benchmark_filter left them out)
+    ceilings = {k: v for k, v in med.items() if k.startswith(("BM_peak", "BM_tile_kernel"))}
+    if ceilings:
+        print(f"Measured ceilings, 1 core (precis's GEMM at level {isa or 'not recorded'}):\n")
+        print("| ceiling | GFLOP/s |")
+        print("|---|---|")
+        for k, v in sorted(ceilings.items()):
+            print(f"| {k[3:]} | {v:.1f} |")
+        print()
+    # Each column's "% peak" is against the unit its kernel runs on: the AVX-512 FMA where the
+    # level is avx512 or above (or, in a JSON without the level, wherever its peak was measured),
+    # else the AVX2 one; bf16 inputs against vdpbf16ps at avx512_bf16, nothing at amx_bf16 (no
+    # AMX peak loop), else the fp32 FMA (widened while packing).
+    def peak(kind):
+        avx2, avx512 = med.get(f"BM_peak_fma<{kind}>"), med.get(f"BM_peak_fma_avx512<{kind}>")
+        wide = isa in ("avx512", "avx512_bf16", "amx_bf16") if isa else avx512 is not None
+        return avx512 if wide and avx512 else avx2
+    peak32, peak64 = peak("float"), peak("double")
+    dpbf16 = med.get("BM_peak_dpbf16")
+    if isa == "amx_bf16":
+        peak_bf16 = None
+    elif isa == "avx512_bf16" or (isa is None and dpbf16):
+        peak_bf16 = dpbf16
+    else:
+        peak_bf16 = peak32
     rows = defaultdict(dict)
     narrow = defaultdict(dict)
+    onednn = {"sgemm": "float", "bf16": "bfloat16"}
     for name, g in med.items():
+        m = re.match(r"BM_onednn_(\w+)/n:(-?\d+)/threads:(\d+)", name)
+        if m and m.group(1) in onednn:
+            rows[(m.group(2), int(m.group(3)))][("onednn", onednn[m.group(1)])] = g
+            continue
         m = re.match(r"BM_(precis|eigen)_gemm<(.+?)>/n:(-?\d+)/threads:(\d+)", name)
         if not m:
             continue
@@ -78,13 +104,18 @@ def gemm_table(paths):
             narrow[(n, int(t))][parts[0]] = g  # accumulating in the 16-bit format
             continue
         rows[(n, int(t))][(who, parts[0])] = g
-    cols = [("float", peak32), ("double", peak64), ("bfloat16", peak32), ("half", peak32),
+    have_onednn = any(who == "onednn" for row in rows.values() for who, _ in row)
+    cols = [("float", peak32), ("double", peak64), ("bfloat16", peak_bf16), ("half", peak32),
             ("float8_e4m3", peak32)]
     head = "| shape | threads |"
     for src, _ in cols:
-        head += f" {src} precis | Eigen | % peak |"
+        head += f" {src} precis | Eigen |"
+        if have_onednn and src in onednn.values():
+            head += " oneDNN | vs oneDNN |"
+        head += " % peak |"
     print(head)
-    print("|---|---|" + "---|---|---|" * len(cols))
+    print("|---|---|" + "".join("---|---|" + ("---|---|" if have_onednn and src in onednn.values() else "") + "---|"
+                              for src, _ in cols))
 
     def key(kv):
         n, t = kv[0]
@@ -93,12 +124,16 @@ def gemm_table(paths):
     for (n, t), row in sorted(rows.items(), key=key):
         shape = MLP.get(n, f"{n}^3")
         line = f"| {shape} | {t} |"
-        for src, peak in cols:
+        for src, pk in cols:
             p = row.get(("precis", src))
             e = row.get(("eigen", src))
             line += f" {p:.1f} |" if p else " - |"
             line += f" {e:.1f} |" if e else " - |"
-            line += f" {100 * p / (peak * t):.0f}% |" if p and peak else " - |"
+            if have_onednn and src in onednn.values():
+                d = row.get(("onednn", src))
+                line += f" {d:.1f} |" if d else " - |"
+                line += f" {p / d:.2f}x |" if p and d else " - |"
+            line += f" {100 * p / (pk * t):.0f}% |" if p and pk else " - |"
         print(line)
 
     if narrow:

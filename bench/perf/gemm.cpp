@@ -421,4 +421,13 @@ BENCHMARK_TEMPLATE(BM_precis_gemm_capped, precis::half, precis::half, precis::ge
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // the level precis's GEMM runs at, in the JSON's context: bench/ratios.py --gemm takes each
+  // column's peak from the unit that level's kernel uses
+  benchmark::AddCustomContext("precis_gemm_isa", precis::to_string(precis::gemm_isa_in_use()));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
