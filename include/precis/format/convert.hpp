@@ -130,7 +130,8 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
         if constexpr (bf::lay == layout{8, 7, encoding::ieee}) {
           if (mode == rounding::nearest_even && ov == overflow::infinity) {
             auto* h = reinterpret_cast<std::uint16_t*>(dst);
-            if (n >= 16 && cpu_has_avx512f()) done = float_to_bf16_nearest_avx512(src, h, n);
+            if (n >= 16 && cpu_has_avx512_bf16()) done = float_to_bf16_nearest_avx512_bf16(src, h, n);
+            else if (n >= 16 && cpu_has_avx512f()) done = float_to_bf16_nearest_avx512(src, h, n);
             done += float_to_bf16_nearest_avx2(src + done, h + done, n - done);
           }
         }

@@ -36,24 +36,7 @@
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/spread.hpp"
 
-#define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")))
-
 namespace precis::detail {
-
-/// AVX512-BF16 usable: AVX-512F usable, AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits
-/// 30 and 31; every CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.
-inline bool cpu_has_avx512_bf16() {
-  static const bool ok = [] {
-    if (!cpu_has_avx512f()) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (((b >> 30) & 3u) != 3u) return false;
-    if (a < 1) return false;  // no sub-leaf 1
-    __cpuid_count(7, 1, a, b, c, d);
-    return ((a >> 5) & 1u) != 0;
-  }();
-  return ok;
-}
 
 /// The dword of a pair: `first` (element k) in the high half, `second` (k + 1) in the low one,
 /// so vdpbf16ps adds first's product before second's.
