@@ -115,6 +115,40 @@ TEST(Convert, EightBitDecodeKernelsMatchScalarForEveryPattern) {
   check_decode8_kernels<precis::float8_e5m2>();
   check_decode8_kernels<precis::minifloat<3, 2>>();
 }
+
+/// float -> bf16 to nearest through each x86 kernel directly: the AVX2 and AVX-512 integer lanes
+/// and AVX512-BF16's vcvtneps2bf16, whose blocks of 16 holding a subnormal (read as zero by the
+/// instruction) go through the integer lanes. Sources: the structured and random points (NaNs,
+/// infinities, subnormals, rounding ties), then blocks of normal values with one subnormal moved
+/// through every lane, and blocks of normals only.
+TEST(Convert, Bfloat16EncodeKernelsMatchScalar) {
+  auto src = mixed_sources<precis::bfloat16>(4096);
+  for (std::size_t lane = 0; lane < 16; ++lane) {
+    for (std::size_t i = 0; i < 16; ++i) {
+      const std::uint32_t normal = 0x3f800000u + static_cast<std::uint32_t>(i * 0x8001u + lane * 0x10000u);
+      src.push_back(std::bit_cast<float>(i == lane ? 0x80000000u | (0x00418001u + static_cast<std::uint32_t>(lane)) : normal));
+    }
+  }
+  for (std::uint32_t i = 0; i < 64; ++i) src.push_back(std::bit_cast<float>(0x3f7f8000u + i * 0x4000u));  // ties at 1
+  src.resize(src.size() / 16 * 16);
+  std::vector<std::uint16_t> want(src.size()), got(src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) want[i] = static_cast<std::uint16_t>(bits_of(precis::round_to<precis::bfloat16>(src[i])));
+  const auto check = [&](const char* kernel, std::size_t done) {
+    ASSERT_EQ(done, src.size()) << kernel;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << kernel << " x " << std::hexfloat << src[i] << " (bits 0x" << std::hex
+                                 << std::bit_cast<std::uint32_t>(src[i]) << ")";
+    }
+  };
+  if (!precis::detail::cpu_has_avx2_f16c()) GTEST_SKIP() << "AVX2 and F16C are not available on this CPU (or OS, or PRECIS_ISA caps them)";
+  check("avx2", precis::detail::float_to_bf16_nearest_avx2(src.data(), got.data(), src.size()));
+  if (!precis::detail::cpu_has_avx512f()) GTEST_SKIP() << "AVX-512F is not available on this CPU (or OS, or PRECIS_ISA caps it)";
+  std::fill(got.begin(), got.end(), std::uint16_t{0});
+  check("avx512", precis::detail::float_to_bf16_nearest_avx512(src.data(), got.data(), src.size()));
+  if (!precis::detail::cpu_has_avx512_bf16()) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
+  std::fill(got.begin(), got.end(), std::uint16_t{0});
+  check("avx512_bf16", precis::detail::float_to_bf16_nearest_avx512_bf16(src.data(), got.data(), src.size()));
+}
 #endif
 
 // bf16 has a bulk path of its own (16 random bits added, then truncated); fp16 the general one.
