@@ -379,6 +379,84 @@ TEST(GemmKernels, Avx512BitIdenticalToAvx2) {
   run_case<float, float>(37, 300, 70, true, false, 1.0, 0.5, 2);
 }
 
+/// Sets the GEMM's cap to a level for a test's scope (the default cap leaves the AVX512-BF16
+/// kernel out on CPUs where it is slower than the AVX-512 kernel on widened inputs, and an AMX
+/// CPU would use its tiles instead).
+struct isa_cap {
+  gemm_isa before;
+  explicit isa_cap(gemm_isa level) : before(limit_gemm_isa(level)) {}
+  isa_cap(const isa_cap&) = delete;
+  isa_cap& operator=(const isa_cap&) = delete;
+  ~isa_cap() { limit_gemm_isa(before); }
+};
+
+namespace {
+
+/// What the AVX2 and AVX-512 fp32 / fp64 kernels compute, written out (docs/tensors.md): K cut
+/// into ceil(K / 256) equal blocks; within a block each C entry is one chain of fused
+/// multiply-adds from zero in k order; each block is added into C as c = alpha * ab on the
+/// first block when beta == 0 (C is not read), else c = fma(beta_k, c, alpha * ab), beta_k =
+/// beta for the first block and 1 after.
+template <class T, class VA, class VB>
+Tensor<T> fma_chain_gemm_model(T alpha, const VA& a, const VB& b, T beta, const Tensor<T>& c0) {
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const index_t blocks = (k + 255) / 256, kc = (k + blocks - 1) / blocks;
+  Tensor<T> c = c0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t p0 = 0; p0 < k; p0 += kc) {
+        T ab = 0;
+        for (index_t p = p0; p < std::min(k, p0 + kc); ++p)
+          ab = std::fma(static_cast<T>(a(i, p)), static_cast<T>(b(p, j)), ab);
+        const T beta_k = p0 == 0 ? beta : T(1);
+        c(i, j) = beta_k == T(0) ? alpha * ab : std::fma(beta_k, c(i, j), alpha * ab);
+      }
+  return c;
+}
+
+template <class T>
+void expect_fma_chain_model(index_t m, index_t k, index_t n, bool ta, bool tb, T alpha, T beta, int threads) {
+  const auto a_store = random_tensor<T>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 13 + k));
+  const auto b_store = random_tensor<T>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 17 + k));
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  const auto c0 = random_tensor<T>({m, n}, -1, 1, 31);
+  auto c = c0;
+  gemm<T>(alpha, a, b, beta, c, threads);
+  const auto want = fma_chain_gemm_model(alpha, a, b, beta, c0);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      ASSERT_TRUE(same_bits(c(i, j), want(i, j)))
+          << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n << (ta ? " A^T" : "") << (tb ? " B^T" : "")
+          << " threads " << threads << ": " << c(i, j) << " vs the model's " << want(i, j);
+}
+
+}  // namespace
+
+/// The fp32 and fp64 kernels at every vector level against the written-out chains, bit for bit:
+/// ragged tiles, several K blocks, transposed views, alpha and beta, one and two threads;
+/// products narrow enough (n of 1 to 10 against m of 40 to 300) that the GEMM runs them as
+/// C^T = B^T A^T; and row-major B whose rows lie close enough to be read in place (the AVX-512
+/// tile), with a ragged last panel packed (n = 70) or none (n = 64, two threads that then share
+/// no packed panel).
+TEST(GemmKernels, Fp32AndFp64AreTheBlockedFmaChainsBitForBit) {
+  if (gemm_isa_available() < gemm_isa::avx2) GTEST_SKIP() << "AVX2 + FMA is not available on this CPU (or OS, or PRECIS_ISA caps it)";
+  for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
+    if (isa > gemm_isa_available()) continue;
+    SCOPED_TRACE(to_string(isa));
+    const isa_cap cap(isa);
+    for (auto [m, k, n] : {std::tuple{7, 5, 17}, {37, 300, 70}, {128, 130, 10}, {300, 520, 3}, {40, 9, 1}, {13, 260, 33}, {100, 600, 64}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          expect_fma_chain_model<float>(m, k, n, ta, tb, 1.0f, 0.0f, 1);
+          expect_fma_chain_model<double>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        }
+      expect_fma_chain_model<float>(m, k, n, false, true, -0.75f, 0.5f, 2);
+      expect_fma_chain_model<double>(m, k, n, true, false, 1.25, -1.0, 2);
+    }
+  }
+}
+
 namespace {
 
 /// vdpbf16ps on one lane as Intel's SDM writes it: the high bf16 halves' product first, then
@@ -478,17 +556,6 @@ void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta
 
 }  // namespace
 
-/// Sets the GEMM's cap to a level for a test's scope (the default cap leaves the AVX512-BF16
-/// kernel out on CPUs where it is slower than the AVX-512 kernel on widened inputs, and an AMX
-/// CPU would use its tiles instead).
-struct isa_cap {
-  gemm_isa before;
-  explicit isa_cap(gemm_isa level) : before(limit_gemm_isa(level)) {}
-  isa_cap(const isa_cap&) = delete;
-  isa_cap& operator=(const isa_cap&) = delete;
-  ~isa_cap() { limit_gemm_isa(before); }
-};
-
 /// The bf16 x bf16 products of the level in use (vdpbf16ps or AMX) against the scalar model of
 /// the instruction, bit for bit: ragged tiles (m, n not multiples of 12 and 32), odd K and odd
 /// K blocks, several K blocks, transposed views, alpha and beta, two threads; magnitudes near
@@ -516,6 +583,9 @@ void expect_bf16_dot_model_cases(bool amx) {
   expect_bf16_dot_gemm_matches_model(70, 1500, 100, false, true, 1.0f, 0.0f, 3, 0, 72, amx);
   expect_bf16_dot_gemm_matches_model(64, 1100, 64, false, false, 0.5f, 0.0f, 1, 110, 140, amx);
   expect_bf16_dot_gemm_matches_model(33, 1300, 65, true, false, 1.5f, -0.5f, 4, 120, 133, amx);
+  // narrow products, run as C^T = B^T A^T
+  expect_bf16_dot_gemm_matches_model(128, 300, 10, false, true, 1.0f, 0.0f, 1, 0, 72, amx);
+  expect_bf16_dot_gemm_matches_model(130, 519, 3, true, false, -0.5f, 0.75f, 2, 110, 140, amx);
 }
 
 /// The level in use equals the fp32 kernels (the AVX-512 level) bit for bit on entries of

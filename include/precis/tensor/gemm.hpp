@@ -312,12 +312,15 @@ void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t
 /// The AMX kernel comes as `chain` instead of `tile`: its panels are padded to whole tiles of 16
 /// pairs, its K blocks are multiples of 32 k (but the last), its partial sums pass from block to
 /// block through C (so beta must be 0), and `begin` configures each thread's tiles.
+/// `direct`, where a kernel has it, is its tile reading B's kc rows ldb apart: B itself where
+/// its rows hold the tile's nr columns densely, instead of a packed panel (gemm_packed).
 template <class Acc, class P>
 struct gemm_kernel {
   void (*tile)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc);
   gemm_blocking bl;
   void (*chain)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, bool, bool) = nullptr;
   void (*begin)() = nullptr;
+  void (*direct)(index_t, const P*, const P*, index_t, Acc*, index_t, index_t, index_t, index_t, Acc, Acc) = nullptr;
 };
 
 /// How the threads of one GEMM share the work: the automatic rule in gemm_packed, or, for
@@ -349,7 +352,8 @@ template <class Acc>
 gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
-    if (isa >= gemm_isa::avx512) return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>()};
+    if (isa >= gemm_isa::avx512)
+      return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>(), nullptr, nullptr, &avx512_tile_kernel_ldb<Acc>};
     if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
   }
 #if PRECIS_AVX512_FP16_KERNEL
@@ -377,6 +381,19 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const bool amx = kern.chain != nullptr;           // pairs padded to whole tiles of 16
   const auto depth = [amx](index_t kc) { return pairs ? (amx ? ((kc + 1) / 2 + 15) / 16 * 16 : (kc + 1) / 2) : kc; };
   const gemm_blocking bl = kern.bl;
+  // A product much narrower than the tile and taller than it (a classifier's 10 outputs over a
+  // batch: 128 x 10 pads to 132 x 32 in a 12 x 32 tile, 31% of it used) runs as C^T = B^T A^T
+  // when that at least halves the padded tile area (12 x 128: 83%). Each C entry is the same
+  // chain either way: every product a_ik b_kj is the same number, and K is cut and walked in
+  // the same order, so the bits do not change. (Only for operands of one storage type, so that
+  // no second instantiation is compiled.)
+  if constexpr (std::is_same_v<SA, SB>) {
+    const auto padded = [](index_t x, index_t t) { return (x + t - 1) / t * t; };
+    if (padded(m, bl.mr) * padded(n, bl.nr) >= 2 * padded(n, bl.mr) * padded(m, bl.nr)) {
+      gemm_packed(kern, n, m, k, alpha, b, csb, rsb, a, csa, rsa, beta, c, csc, rsc, threads);
+      return;
+    }
+  }
   // Splitting the rows, each thread owns a contiguous range of whole mr-row panels (balanced to
   // one panel), cut into blocks of at most bl.mc rows: no thread idles on a leftover block.
   const index_t m_panels = (m + bl.mr - 1) / bl.mr;
@@ -405,6 +422,16 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   P* const bp_shared = split_n ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
+  // B read where it lies (kern.direct) when its rows hold whole panels densely, in P itself,
+  // and lie close (at most 2 KiB apart; further apart, each k's row is on another page, which
+  // the hardware prefetchers do not cross, and packing pays: docs/benchmarks.md). Only a
+  // ragged last panel is packed then, and with no panel to share the threads need not wait
+  // for each other. (A's rows read in place, 12 streams, measured no gain on small products
+  // and a loss on large ones; A is always packed.)
+  const P* b_direct = nullptr;
+  if constexpr (std::is_same_v<remove_cv_t<SB>, P>) {
+    if (kern.direct != nullptr && csb == 1 && rsb * index_t{sizeof(P)} <= 2048) b_direct = b;
+  }
 
   auto body = [&](int tid, int nthreads) {
     if (kern.begin != nullptr) kern.begin();
@@ -430,16 +457,20 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         const index_t p0 = panels * tid / nthreads, p1 = panels * (tid + 1) / nthreads;
         const index_t j_begin = split_n ? p0 * bl.nr : 0, j_end = split_n ? std::min(nc, p1 * bl.nr) : nc;
         const index_t pb0 = split_n ? 0 : p0, pb1 = split_n ? p1 - p0 : p1;
+        // B's whole panels read in place are not packed (panel indices relative to j_begin)
+        const index_t full_b = b_direct != nullptr ? nc / bl.nr : 0;
+        const index_t pb_first = std::max(pb0, full_b - (split_n ? p0 : 0));
+        const bool share = !split_n && full_b < panels;  // a shared panel is packed
         if constexpr (pairs) {
 #if PRECIS_X86_SIMD
           if (amx) pack_b_amx(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
           else pack_b_bf16_pairs(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
 #endif
         } else {
-          pack_b<Acc>(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1, row);
+          pack_b<Acc>(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb_first, pb1, row);
         }
 #if defined(_OPENMP)
-        if (!split_n) {
+        if (share) {
 #pragma omp barrier
         }
 #endif
@@ -456,18 +487,22 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
           for (index_t jr = j_begin; jr < j_end; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
             for (index_t ir = 0; ir < mcb; ir += bl.mr) {
+              const index_t mr = std::min(bl.mr, mcb - ir);
               if (amx) {
                 kern.chain(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
-                           std::min(bl.mr, mcb - ir), nr, alpha, pc == 0, pc + kc >= k);
+                           mr, nr, alpha, pc == 0, pc + kc >= k);
+              } else if (b_direct != nullptr && nr == bl.nr) {
+                kern.direct(d, ap + ir * d, b_direct + pc * rsb + jc + jr, rsb, c + (ic + ir) * rsc + (jc + jr) * csc,
+                            rsc, csc, mr, nr, alpha, beta_k);
               } else {
-                kern.tile(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
-                          std::min(bl.mr, mcb - ir), nr, alpha, beta_k);
+                kern.tile(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc, mr,
+                          nr, alpha, beta_k);
               }
             }
           }
         }
 #if defined(_OPENMP)
-        if (!split_n) {
+        if (share) {
 #pragma omp barrier
         }
 #endif

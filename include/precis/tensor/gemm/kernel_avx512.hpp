@@ -108,12 +108,14 @@ PRECIS_TARGET_AVX512 inline void avx512_store_tile(const typename avx512_vec<T>:
   }
 }
 
-/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C), kc steps; A_panel is 12 x kc
-/// (interleaved by k), B_panel kc x (2 * lanes), both zero-padded to the full tile, B's panel
-/// 64-byte aligned. beta == 0 does not read C.
+/// C[0:mr, 0:nr] = alpha * A_panel * B (+ beta * C), kc steps; A_panel is 12 x kc (interleaved
+/// by k), zero-padded to the full tile; B's kc rows of 2 * lanes columns lie ldb apart: a packed,
+/// zero-padded panel (ldb = 2 * lanes, 64-byte aligned) or, read where it lies, B itself when
+/// its rows hold the tile's whole width (kern.direct in gemm.hpp). beta == 0 does not read C.
 template <class T>
-PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
-                                             index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+PRECIS_TARGET_AVX512 void avx512_tile_kernel_ldb(index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb,
+                                                 T* c, index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha,
+                                                 T beta) {
   using W = avx512_vec<T>;
   using V = typename W::V;
   constexpr int L = W::lanes;
@@ -123,7 +125,7 @@ PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, 
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = W::zero();
   prefetch_c_tile(c, rs_c, cs_c, mr);
   for (index_t p = 0; p < kc; ++p) {
-    const V b0 = W::load(b), b1 = W::load(b + L);
+    const V b0 = W::loadu(b), b1 = W::loadu(b + L);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
       const V ar = W::broadcast(a + i);
@@ -131,9 +133,16 @@ PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, 
       acc[i][1] = W::fma(ar, b1, acc[i][1]);
     }
     a += R;
-    b += 2 * L;
+    b += ldb;
   }
   avx512_store_tile<T>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+/// The tile on packed panels: A_panel 12 x kc, B_panel kc x (2 * lanes).
+template <class T>
+PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                                             index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+  avx512_tile_kernel_ldb(kc, a, b, index_t{2 * avx512_vec<T>::lanes}, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
 /// fp32 lanes, 16 to a zmm register, holding values of a 16-bit format (the AVX-512 form of
