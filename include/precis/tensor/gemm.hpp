@@ -354,7 +354,8 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     if (isa >= gemm_isa::avx512)
       return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>(), nullptr, nullptr, &avx512_tile_kernel_ldb<Acc>};
-    if (isa >= gemm_isa::avx2) return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true)};
+    if (isa >= gemm_isa::avx2)
+      return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true), nullptr, nullptr, &avx2_tile_kernel_ldb<Acc>};
   }
 #if PRECIS_AVX512_FP16_KERNEL
   if constexpr (std::is_same_v<Acc, half>) {  // the emulation's bits in native fp16 lanes

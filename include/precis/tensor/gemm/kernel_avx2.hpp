@@ -84,13 +84,15 @@ inline void tile_epilogue(const T* ab, index_t ab_ld, T* c, index_t rs_c, index_
   }
 }
 
-/// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C), kc steps; A_panel is 6 x kc
-/// (interleaved by k), B_panel kc x (2 * lanes), both zero-padded to the full tile.
-/// beta == 0 does not read C (BLAS semantics: C may hold NaN).
+/// C[0:mr, 0:nr] = alpha * A_panel * B (+ beta * C), kc steps; A_panel is 6 x kc (interleaved
+/// by k), zero-padded to the full tile; B's kc rows of 2 * lanes columns lie ldb apart: a packed,
+/// zero-padded panel (ldb = 2 * lanes) or, read where it lies, B itself when its rows hold the
+/// tile's whole width (kern.direct in gemm.hpp). beta == 0 does not read C (BLAS semantics: C
+/// may hold NaN).
 template <class T>
-PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b,
-                                         T* c, index_t rs_c, index_t cs_c, index_t mr, index_t nr,
-                                         T alpha, T beta) {
+PRECIS_TARGET_AVX2 void avx2_tile_kernel_ldb(index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb,
+                                             T* c, index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha,
+                                             T beta) {
   using W = avx2_vec<T>;
   using V = typename W::V;
   constexpr int L = W::lanes;
@@ -103,7 +105,7 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
     c21 = W::zero(), c30 = W::zero(), c31 = W::zero(), c40 = W::zero(), c41 = W::zero(),
     c50 = W::zero(), c51 = W::zero();
   for (index_t p = 0; p < kc; ++p) {
-    const V b0 = W::load(b), b1 = W::load(b + L);
+    const V b0 = W::loadu(b), b1 = W::loadu(b + L);
     V ar = W::broadcast(a + 0);
     c00 = W::fma(ar, b0, c00);
     c01 = W::fma(ar, b1, c01);
@@ -123,7 +125,7 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
     c50 = W::fma(ar, b0, c50);
     c51 = W::fma(ar, b1, c51);
     a += 6;
-    b += 2 * L;
+    b += ldb;
   }
   alpha = epilogue[0];
   beta = epilogue[1];
@@ -152,6 +154,12 @@ PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, cons
   }
 }
 
+/// The tile on packed panels: A_panel 6 x kc, B_panel kc x (2 * lanes).
+template <class T>
+PRECIS_TARGET_AVX2 void avx2_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c, index_t rs_c,
+                                         index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
+  avx2_tile_kernel_ldb(kc, a, b, index_t{2 * avx2_vec<T>::lanes}, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
 
 /// fp32 lanes holding values of a 16-bit format: load, broadcast and round to the format.
 template <class T>
