@@ -461,7 +461,7 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         // B's whole panels read in place are not packed (panel indices relative to j_begin)
         const index_t full_b = b_direct != nullptr ? nc / bl.nr : 0;
         const index_t pb_first = std::max(pb0, full_b - (split_n ? p0 : 0));
-        const bool share = !split_n && full_b < panels;  // a shared panel is packed
+        [[maybe_unused]] const bool share = !split_n && full_b < panels;  // a shared panel is packed
         if constexpr (pairs) {
 #if PRECIS_X86_SIMD
           if (amx) pack_b_amx(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
