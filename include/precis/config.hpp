@@ -24,6 +24,15 @@
 #define PRECIS_IVDEP
 #endif
 
+// A function compiled once for any arguments: not inlined, cloned or specialised for a caller's
+// constants (GCC's noipa). With a caller's constant shapes propagated into the panel packing,
+// GCC 12 warns (-Waggressive-loop-optimizations) about a loop that never runs.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define PRECIS_OPAQUE __attribute__((noipa))
+#else
+#define PRECIS_OPAQUE __attribute__((noinline))
+#endif
+
 #if defined(__CUDACC__)
 #define PRECIS_HOST_DEVICE __host__ __device__
 #else

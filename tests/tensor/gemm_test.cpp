@@ -414,10 +414,10 @@ Tensor<T> fma_chain_gemm_model(T alpha, const VA& a, const VB& b, T beta, const 
   return c;
 }
 
-template <class T>
+template <class T, class S = T>
 void expect_fma_chain_model(index_t m, index_t k, index_t n, bool ta, bool tb, T alpha, T beta, int threads) {
-  const auto a_store = random_tensor<T>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 13 + k));
-  const auto b_store = random_tensor<T>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 17 + k));
+  const auto a_store = random_tensor<S>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 13 + k));
+  const auto b_store = random_tensor<S>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 17 + k));
   const auto a = ta ? a_store.transpose() : a_store.view();
   const auto b = tb ? b_store.transpose() : b_store.view();
   const auto c0 = random_tensor<T>({m, n}, -1, 1, 31);
@@ -438,7 +438,9 @@ void expect_fma_chain_model(index_t m, index_t k, index_t n, bool ta, bool tb, T
 /// products narrow enough (n of 1 to 10 against m of 40 to 300) that the GEMM runs them as
 /// C^T = B^T A^T; and row-major B whose rows lie close enough to be read in place (the AVX-512
 /// tile), with a ragged last panel packed (n = 70) or none (n = 64, two threads that then share
-/// no packed panel).
+/// no packed panel); and small products (at most 2^15 multiply-adds, K within one block: the
+/// unpacked small path), among them attention's 16 x 16 x 16 and K = 256, with fp16 and bf16
+/// inputs widened.
 TEST(GemmKernels, Fp32AndFp64AreTheBlockedFmaChainsBitForBit) {
   if (gemm_isa_available() < gemm_isa::avx2) GTEST_SKIP() << "AVX2 + FMA is not available on this CPU (or OS, or PRECIS_ISA caps it)";
   for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
@@ -453,6 +455,18 @@ TEST(GemmKernels, Fp32AndFp64AreTheBlockedFmaChainsBitForBit) {
         }
       expect_fma_chain_model<float>(m, k, n, false, true, -0.75f, 0.5f, 2);
       expect_fma_chain_model<double>(m, k, n, true, false, 1.25, -1.0, 2);
+    }
+    for (auto [m, k, n] : {std::tuple{16, 16, 16}, {1, 1, 1}, {5, 33, 9}, {32, 32, 32}, {4, 256, 32}, {9, 20, 24}, {3, 7, 50}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          expect_fma_chain_model<float>(m, k, n, ta, tb, 1.0f, 0.0f, 1);
+          expect_fma_chain_model<double>(m, k, n, ta, tb, 1.0, 0.0, 1);
+          expect_fma_chain_model<float>(m, k, n, ta, tb, 0.5f, -1.5f, 1);
+          expect_fma_chain_model<double>(m, k, n, ta, tb, -2.0, 1.0, 1);
+          expect_fma_chain_model<float, half>(m, k, n, ta, tb, 1.0f, 1.0f, 1);
+          expect_fma_chain_model<float, bfloat16>(m, k, n, ta, tb, 1.0f, 0.0f, 1);
+          expect_fma_chain_model<double, float>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        }
     }
   }
 }

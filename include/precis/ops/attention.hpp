@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "precis/ops/linalg.hpp"
 #include "precis/ops/op.hpp"
@@ -74,16 +75,30 @@ struct attention : def<policy::safety::low_precision_safe> {
     Shape ps = q.shape();
     ps[r - 1] = tk;
     const auto p = ctx.saving() ? ctx.template keep<Acc>(ps) : ctx.template temp<Acc>(ps);
-    const auto pl = ctx.template temp<L>(Shape{tq, tk});
-    const auto acc = ctx.template temp<Acc>(Shape{tq, dv});
+    // the probabilities rounded to L, and the second product in Acc, each through a workspace
+    // only where L or the output's type is another than Acc
+    constexpr bool round_p = !std::is_same_v<L, Acc>, round_y = !std::is_same_v<detail::remove_cv_t<O>, Acc>;
+    const auto pl = round_p ? ctx.template temp<L>(Shape{tq, tk}) : TensorView<L>();
+    const auto acc = round_y ? ctx.template temp<Acc>(Shape{tq, dv}) : TensorView<Acc>();
     const Acc scale = scale_of<T>(a, q.shape()[r - 1]);
     for (index_t b = 0; b < (q.size() == 0 ? 0 : batch); ++b) {
       const auto s = detail::ad::matrix(p, b);
       ctx.gemm(s, detail::ad::matrix(sv.q, b), detail::ad::matrix(sv.k, b).transpose(), false);
       ctx.attention_probabilities(s, scale, a.causal);
-      ctx.copy(s.as_const(), pl);
-      ctx.gemm(acc, pl.as_const(), detail::ad::matrix(sv.v, b), false);
-      ctx.copy(acc.as_const(), detail::ad::matrix(y, b));
+      const auto product = [&](const auto& operand) {
+        if constexpr (round_y) {
+          ctx.gemm(acc, operand, detail::ad::matrix(sv.v, b), false);
+          ctx.copy(acc.as_const(), detail::ad::matrix(y, b));
+        } else {
+          ctx.gemm(detail::ad::matrix(y, b), operand, detail::ad::matrix(sv.v, b), false);
+        }
+      };
+      if constexpr (round_p) {
+        ctx.copy(s.as_const(), pl);
+        product(pl.as_const());
+      } else {
+        product(s.as_const());
+      }
     }
     sv.p = p.as_const();
   }
@@ -102,14 +117,19 @@ struct attention : def<policy::safety::low_precision_safe> {
     const auto aq = gq.data() ? ctx.template zeros<Acc>(sv.q.shape()) : TensorView<Acc>();
     const auto ak = gk.data() ? ctx.template zeros<Acc>(sv.k.shape()) : TensorView<Acc>();
     const auto av = gv.data() ? ctx.template zeros<Acc>(sv.v.shape()) : TensorView<Acc>();
-    const auto pl = ctx.template temp<L>(Shape{tq, tk});
+    constexpr bool round_p = !std::is_same_v<L, Acc>;
+    const auto pl = round_p ? ctx.template temp<L>(Shape{tq, tk}) : TensorView<L>();
     const auto ds = ctx.template temp<Acc>(Shape{tq, tk});
     for (index_t b = 0; b < (sv.q.size() == 0 ? 0 : batch); ++b) {
       const auto p = detail::ad::matrix(sv.p, b);
       const auto g = detail::ad::matrix(gy, b);
       if (gv.data()) {  // dV += P^T dO, with P as the product used it
-        ctx.copy(p, pl);
-        ctx.gemm(detail::ad::matrix(av, b), pl.as_const().transpose(), g, true);
+        if constexpr (round_p) {
+          ctx.copy(p, pl);
+          ctx.gemm(detail::ad::matrix(av, b), pl.as_const().transpose(), g, true);
+        } else {
+          ctx.gemm(detail::ad::matrix(av, b), p.transpose(), g, true);
+        }
       }
       if (!gq.data() && !gk.data()) continue;
       ctx.gemm(ds, g, detail::ad::matrix(sv.v, b).transpose(), false);  // dP = dO V^T

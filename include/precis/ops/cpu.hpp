@@ -586,26 +586,37 @@ class cpu : public fresh_tracking<cpu> {
 
   /// Attention's scores s [tq, tk] (contiguous, Acc) made probabilities in place, row by row:
   /// scaled, shifted by the row's maximum, exponentiated and divided by their running sum in
-  /// Acc; with `causal`, row i keeps keys j <= i and the rest are 0.
+  /// Acc; with `causal`, row i keeps keys j <= i and the rest are 0. In float the whole matrix
+  /// is exponentiated in one call of the vectorized exp (detail::exp_floats, as the softmax
+  /// family's), the masked entries as zeros and then set to 0.
   template <class Acc>
   void attention_probabilities(const TensorView<Acc>& s, Acc scale, bool causal) const {
     const index_t tq = s.shape()[0], tk = s.shape()[1];
+    const auto allowed = [&](index_t i) { return causal ? std::min(tk, i + 1) : tk; };
     for (index_t i = 0; i < tq; ++i) {
       Acc* row = s.data() + i * tk;
-      const index_t allowed = causal ? std::min(tk, i + 1) : tk;
+      const index_t a = allowed(i);
       Acc mx = row[0] * scale;
-      for (index_t j = 0; j < allowed; ++j) {
+      for (index_t j = 0; j < a; ++j) {
         row[j] = row[j] * scale;
         if (row[j] > mx) mx = row[j];
       }
+      for (index_t j = 0; j < a; ++j) row[j] = Acc(row[j] - mx);
+      for (index_t j = a; j < tk; ++j) row[j] = Acc(0);
+    }
+    if constexpr (std::is_same_v<Acc, float>) {
+      detail::exp_floats(s.data(), s.data(), tq * tk);
+    } else {
+      using std::exp;
+      for (index_t i = 0; i < tq * tk; ++i) s.data()[i] = exp(s.data()[i]);
+    }
+    for (index_t i = 0; i < tq; ++i) {
+      Acc* row = s.data() + i * tk;
+      const index_t a = allowed(i);
       Acc sum(0);
-      for (index_t j = 0; j < allowed; ++j) {
-        using std::exp;
-        row[j] = exp(Acc(row[j] - mx));
-        sum += row[j];
-      }
-      for (index_t j = 0; j < allowed; ++j) row[j] = row[j] / sum;
-      for (index_t j = allowed; j < tk; ++j) row[j] = Acc(0);
+      for (index_t j = 0; j < a; ++j) sum += row[j];
+      for (index_t j = 0; j < a; ++j) row[j] = row[j] / sum;
+      for (index_t j = a; j < tk; ++j) row[j] = Acc(0);
     }
   }
   /// Attention's score gradients in place: ds = p (ds - sum_j ds p) scale, row by row (ds and p

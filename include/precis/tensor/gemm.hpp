@@ -12,6 +12,9 @@
 //                  AVX512-BF16: a 12 x 32 vdpbf16ps tile on bf16 pairs, bit-identical to those
 //                  except that fp32 denormals are flushed to zero.
 //   Acc = double : AVX-512F 12 x 16 tile, or AVX2+FMA 6 x 8 (bit-identical results).
+//   Acc = float or double, products of at most 2^15 multiply-adds with K <= 256 (attention's
+//                  per-head products): no packing, 4-row register blocks over B's rows
+//                  (gemm/kernel_small.hpp), bit-identical to the tiles.
 //   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
 //                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
@@ -36,6 +39,7 @@
 #include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
 #include "precis/tensor/gemm/kernel_avx512_fp16.hpp"
 #include "precis/tensor/gemm/kernel_amx_bf16.hpp"
+#include "precis/tensor/gemm/kernel_small.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -520,6 +524,68 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   body(0, 1);
 }
 
+/// Products of at most this many multiply-adds, with K within one K block, run as
+/// avx2_small_gemm (tensor/gemm/kernel_small.hpp) when the GEMM's kernels are the fp32 / fp64
+/// FMA chains: same bits, without the packing and the set-up that cost several times their
+/// arithmetic (docs/benchmarks.md).
+inline constexpr index_t small_gemm_limit = index_t{1} << 15;
+
+#if PRECIS_X86_SIMD
+/// spread_runs of B's columns (a transposed view, columns dense along k) into the small path's
+/// panel (PRECIS_OPAQUE: see config.hpp).
+template <class S>
+PRECIS_OPAQUE void spread_columns(const S* b, index_t cs, index_t n, index_t k, float* panel, index_t width, float* row) {
+  spread_runs(b, cs, n, k, panel, width, row);
+}
+
+/// The small path: A and B converted to Acc where they are another format (exactly: every
+/// input format widens to float or double without rounding), B's rows copied into a padded
+/// panel unless they are Acc, dense and whole vectors wide.
+template <class Acc, class SA, class SB>
+void gemm_small(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t rsa, index_t csa, const SB* b,
+                index_t rsb, index_t csb, Acc beta, Acc* c, index_t rsc, index_t csc) {
+  constexpr index_t L = avx2_vec<Acc>::lanes;
+  const Acc* ap = nullptr;
+  if constexpr (std::is_same_v<remove_cv_t<SA>, Acc>) {
+    ap = a;
+  } else {
+    Acc* w = scratch<Acc, 4>(static_cast<std::size_t>(m * k));
+    for (index_t i = 0; i < m; ++i) {
+      const Acc* x = load_run<Acc>(a + i * rsa, k, csa, w + i * k);
+      if (x != w + i * k) std::copy_n(x, k, w + i * k);
+    }
+    ap = w;
+    rsa = k;
+    csa = 1;
+  }
+  const Acc* bp = nullptr;
+  index_t ldb = rsb;
+  if constexpr (std::is_same_v<remove_cv_t<SB>, Acc>) {
+    if (csb == 1 && n % L == 0) bp = b;
+  }
+  if (bp == nullptr) {
+    const index_t width = (n + L - 1) / L * L;
+    Acc* w = scratch<Acc, 5>(static_cast<std::size_t>(k * width + n * k));
+    Acc* row = w + k * width;
+    bool spread = false;
+    if constexpr (std::is_same_v<Acc, float>) {
+      if (rsb == 1 && csb != 1) {  // columns dense along k (a transposed view): register transposes
+        spread_columns(b, csb, n, k, w, width, row);
+        spread = true;
+      }
+    }
+    for (index_t p = 0; !spread && p < k; ++p) {
+      const Acc* x = load_run<Acc>(b + p * rsb, n, csb, row);
+      std::copy_n(x, n, w + p * width);
+      std::fill(w + p * width + n, w + (p + 1) * width, Acc(0));
+    }
+    bp = w;
+    ldb = width;
+  }
+  avx2_small_gemm<Acc>(m, n, k, alpha, ap, rsa, csa, bp, ldb, beta, c, rsc, csc);
+}
+#endif
+
 /// C (Acc, any strides) = alpha * A B + beta * C for m x k A and k x n B of any storage, with
 /// the best kernel at or below instruction-set level max_isa (and the process's cap).
 template <class Acc, class SA, class SB>
@@ -561,6 +627,12 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
     if (isa >= gemm_isa::avx512_bf16) {
       const gemm_kernel<float, std::uint32_t> kern{&avx512_bf16_tile_kernel, blocking_avx512<float>()};
       gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
+    if (isa >= gemm_isa::avx2 && k <= blocking_for<Acc>(true).kc && m * n * k <= small_gemm_limit) {
+      gemm_small(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
       return;
     }
   }
