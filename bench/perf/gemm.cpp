@@ -358,6 +358,51 @@ void BM_onednn_bf16(benchmark::State& state) {
 }
 #endif
 
+/// Attention's per-head products at the demo ViT's shapes, one thread: 512 heads (batch 128 x 4
+/// heads) of S = Q K^T and O = S V, 16 x 16 x 16 each, through precis's GEMM (its small path),
+/// through the blocked path these sizes took before it (gemm_packed with the same kernel,
+/// called directly), or through oneDNN's sgemm.
+enum class heads_path { gemm, packed, onednn };
+template <heads_path Path>
+void BM_attention_heads(benchmark::State& state) {
+  constexpr long t = 16, d = 16, heads = 512;
+  precis::Tensor<float> q({heads * t, d}), k({heads * t, d}), v({heads * t, d}), s({t, t}), o({heads * t, d});
+  precis::fill_uniform(q, -1, 1, 1);
+  precis::fill_uniform(k, -1, 1, 2);
+  precis::fill_uniform(v, -1, 1, 3);
+  const auto kern = precis::detail::select_kernel<float>(precis::gemm_isa_in_use());
+#if defined(PRECIS_BENCH_ONEDNN)
+  omp_set_num_threads(1);
+#endif
+  for (auto _ : state) {
+    for (long h = 0; h < heads; ++h) {
+      const float *qh = q.data() + h * t * d, *kh = k.data() + h * t * d, *vh = v.data() + h * t * d;
+      float* oh = o.data() + h * t * d;
+      if constexpr (Path == heads_path::gemm) {
+        precis::detail::gemm_blocked<float>(t, t, d, 1.0f, qh, d, 1, kh, 1, d, 0.0f, s.data(), t, 1, 1);
+        precis::detail::gemm_blocked<float>(t, d, t, 1.0f, s.data(), t, 1, vh, d, 1, 0.0f, oh, d, 1, 1);
+      } else if constexpr (Path == heads_path::packed) {
+        precis::detail::gemm_packed(kern, t, t, d, 1.0f, qh, d, 1, kh, 1, d, 0.0f, s.data(), t, 1, 1);
+        precis::detail::gemm_packed(kern, t, d, t, 1.0f, s.data(), t, 1, vh, d, 1, 0.0f, oh, d, 1, 1);
+      } else {
+#if defined(PRECIS_BENCH_ONEDNN)
+        if (dnnl_sgemm('N', 'T', t, t, d, 1.0f, qh, d, kh, d, 0.0f, s.data(), t) != dnnl_success ||
+            dnnl_sgemm('N', 'N', t, d, t, 1.0f, s.data(), t, vh, d, 0.0f, oh, d) != dnnl_success) {
+          state.SkipWithError("dnnl_sgemm failed");
+          return;
+        }
+#endif
+      }
+    }
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+#if defined(PRECIS_BENCH_ONEDNN)
+  omp_set_num_threads(omp_get_num_procs());
+#endif
+  set_flops(state, 2.0 * 2.0 * double(heads) * double(t * t * d));
+}
+
 /// Thread counts to measure: 1 and 2, or the comma-separated list in PRECIS_BENCH_THREADS
 /// (e.g. "1,16" on a 16-core machine).
 std::vector<long> thread_counts() {
@@ -413,6 +458,11 @@ BENCHMARK_TEMPLATE(BM_precis_gemm, precis::float8_e4m3, float)->Apply(sizes);
 // Eigen's 16-bit products above, every product and sum rounded to the format.
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, precis::half)->Apply(small_sizes);
+BENCHMARK_TEMPLATE(BM_attention_heads, heads_path::gemm)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_TEMPLATE(BM_attention_heads, heads_path::packed)->UseRealTime()->Unit(benchmark::kMicrosecond);
+#if defined(PRECIS_BENCH_ONEDNN)
+BENCHMARK_TEMPLATE(BM_attention_heads, heads_path::onednn)->UseRealTime()->Unit(benchmark::kMicrosecond);
+#endif
 #if PRECIS_AVX512_FP16_KERNEL
 // the fp16 accumulator at the avx512 level (the emulation in fp32 lanes), beside the row above,
 // which runs in AVX512-FP16's native lanes where the CPU has them: the same bits
