@@ -124,6 +124,17 @@ TYPED_TEST(OpLayer, Attention) {
                 {uniform({2, 2, 4, 3}, -1, 1, 50), uniform({2, 2, 4, 3}, -1, 1, 51), uniform({2, 2, 4, 5}, -1, 1, 52),
                  uniform({2, 2, 4, 5}, -1, 1, 53)},
                 4);
+    // q, k and v also feed ops recorded after the attention, so their gradients already hold
+    // values when its backward adds each head's part into them
+    this->check(
+        [o](auto&, const auto& p) {
+          const auto y = WEIGHTED(attention(p[0], p[1], p[2], o));
+          const auto later = add(sum(mul(p[0], p[1])), sum(mul(p[2], p[2])));
+          return add(y, later);
+        },
+        {uniform({2, 2, 4, 3}, -1, 1, 54), uniform({2, 2, 4, 3}, -1, 1, 55), uniform({2, 2, 4, 5}, -1, 1, 56),
+         uniform({2, 2, 4, 5}, -1, 1, 57)},
+        9);
   }
 }
 

@@ -114,9 +114,20 @@ struct attention : def<policy::safety::low_precision_safe> {
     const index_t tq = sv.q.shape()[r - 2], tk = sv.k.shape()[r - 2];
     const index_t batch = sv.q.size() / std::max<index_t>(1, tq * sv.q.shape()[r - 1]);
     const Acc scale = scale_of<T>(a, sv.q.shape()[r - 1]);
-    const auto aq = gq.data() ? ctx.template zeros<Acc>(sv.q.shape()) : TensorView<Acc>();
-    const auto ak = gk.data() ? ctx.template zeros<Acc>(sv.k.shape()) : TensorView<Acc>();
-    const auto av = gv.data() ? ctx.template zeros<Acc>(sv.v.shape()) : TensorView<Acc>();
+    // Each head's gradients go straight into a gradient of the accumulator's type (ctx.gemm
+    // assigns the first into a fresh one, then adds, c + ab rounded once: the sums a workspace
+    // added once would give), into a workspace otherwise, or where two of q, k and v share one
+    // gradient (self-attention of one value), so that its three parts still add in that order.
+    const bool distinct = gq.data() != gk.data() && gq.data() != gv.data() && gk.data() != gv.data();
+    const auto target = [&](const auto& gxv, const Shape& s) {
+      using GT = detail::remove_cv_t<std::remove_pointer_t<decltype(gxv.data())>>;
+      if (gxv.data() == nullptr) return TensorView<Acc>();
+      if constexpr (std::is_same_v<GT, Acc>) {
+        if (distinct && gxv.is_contiguous()) return TensorView<Acc>(gxv.data(), s);
+      }
+      return ctx.template zeros<Acc>(s);
+    };
+    const auto aq = target(gq, sv.q.shape()), ak = target(gk, sv.k.shape()), av = target(gv, sv.v.shape());
     constexpr bool round_p = !std::is_same_v<L, Acc>;
     const auto pl = round_p ? ctx.template temp<L>(Shape{tq, tk}) : TensorView<L>();
     const auto ds = ctx.template temp<Acc>(Shape{tq, tk});
@@ -137,9 +148,14 @@ struct attention : def<policy::safety::low_precision_safe> {
       if (gq.data()) ctx.gemm(detail::ad::matrix(aq, b), ds.as_const(), detail::ad::matrix(sv.k, b), true);
       if (gk.data()) ctx.gemm(detail::ad::matrix(ak, b), ds.as_const().transpose(), detail::ad::matrix(sv.q, b), true);
     }
-    if (gq.data()) ctx.template add_into<Acc>("precis::attention", gq, aq.as_const());
-    if (gk.data()) ctx.template add_into<Acc>("precis::attention", gk, ak.as_const());
-    if (gv.data()) ctx.template add_into<Acc>("precis::attention", gv, av.as_const());
+    const auto finish = [&](const auto& gxv, const TensorView<Acc>& w) {
+      if (gxv.data() != nullptr && static_cast<const void*>(gxv.data()) != static_cast<const void*>(w.data())) {
+        ctx.template add_into<Acc>("precis::attention", gxv, w.as_const());
+      }
+    };
+    finish(gq, aq);
+    finish(gk, ak);
+    finish(gv, av);
   }
 };
 
