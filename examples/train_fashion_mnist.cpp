@@ -164,8 +164,7 @@ result run(const std::string& model, const std::string& name, const data::labell
            const settings& st, const cluster& cl, int epochs) {
   const request q{model, name, tr, te, st, cl, epochs};
   if (st.cuda) return run_on_device(q);
-  if (model == "mlp") return run_mlp(q);
-  if (in_conv_default(name)) return run_cnn_vit_mixed(q);
+  if (model == "mlp" || in_conv_default(name)) return stores_fp32_or_fp16(name) ? run_fp32_fp16(q) : run_bf16_fp8(q);
   if (run_cnn_vit_more == nullptr) throw precis::usage_error("train_fashion_mnist: " + not_compiled_in("the " + model + " under " + name));
   return run_cnn_vit_more(q);
 }

@@ -457,12 +457,20 @@ result train_run(const request& q, optim::update_rounding how = optim::update_ro
 }
 
 // The runs, in translation units of their own (the file named) that a 2-core build compiles side
-// by side; what a policy needs (its ops, GEMMs and optimizer) is compiled once for the models
-// beside it. The first two hold the default plan (`make demo`); the CNN and the ViT under the
-// other policies are compiled into train_fashion_mnist_full only (`make demo-full`): they would
-// make the default build half as long again, for runs it does not make.
-result run_mlp(const request& q);            // mlp_runs.cpp: the MLP under every policy
-result run_cnn_vit_mixed(const request& q);  // cnn_vit_mixed.cpp: the CNN and the ViT under conv_default_policies
+// by side, split by policy: what a policy needs (its ops, GEMMs and optimizer) is compiled once
+// for all the models that train under it. The first two hold the default plan (`make demo`); the
+// CNN and the ViT under the other policies are compiled into train_fashion_mnist_full only (`make
+// demo-full`): they would make the default build half as long again, for runs it does not make.
+
+/// Whether the default plan's runs under `policy` are run_fp32_fp16's (else run_bf16_fp8's).
+inline bool stores_fp32_or_fp16(const std::string& policy) {
+  return policy == "32-true" || policy == "64-true" || policy == "16-mixed" || policy == "16-true";
+}
+/// runs_fp32_fp16.cpp: every model under 32-true and 16-mixed, the MLP under 64-true and 16-true.
+result run_fp32_fp16(const request& q);
+/// runs_bf16_fp8.cpp: every model under bf16-mixed, the MLP under fp8-mixed, fp8-mixed/unscaled,
+/// bf16-true and bf16-true+sr.
+result run_bf16_fp8(const request& q);
 /// cnn_vit_more.cpp: the CNN and the ViT under the other policies, where the program has them
 /// (that file sets this pointer while the program starts); null in train_fashion_mnist.
 inline result (*run_cnn_vit_more)(const request& q) = nullptr;
