@@ -18,7 +18,7 @@
 // or J: every run is bit-for-bit the same at any thread count.
 //
 // Default plan: the MLP under every policy for 6 epochs, but the emulated 16-bit '-true' policies
-// (5-8x the time per epoch) for 2 beside a 32-true run of 2 epochs as their reference; the CNN and
+// (5-8x the time per epoch) for 1 beside a 32-true run of 1 epoch as their reference; the CNN and
 // the ViT under 32-true, bf16-mixed and 16-mixed for 3 epochs each.
 // --full: every model under every policy, the MLP for 12, the CNN for 8 and the ViT for 15
 // epochs. --policies and --epochs override either; --lr replaces every model's own learning rate
@@ -78,7 +78,7 @@ bool emulated_16bit(const std::string& policy) { return policy == "bf16-true" ||
 
 /// The runs of a model, each a policy and its epochs, in table order: --policies and --epochs
 /// when given; otherwise the MLP runs every policy for 6 epochs but the emulated 16-bit ones for
-/// 2, beside a 32-true run of 2 epochs (their reference at the same length), and the CNN and
+/// 1, beside a 32-true run of 1 epoch (their reference at the same length), and the CNN and
 /// the ViT run 32-true, bf16-mixed and 16-mixed for 3 epochs. --full:
 /// every model under every policy, more epochs, each model's runs all of the same length.
 struct run_spec {
@@ -93,7 +93,7 @@ std::vector<run_spec> plan_for(const std::string& model, const settings& st) {
   const auto epochs_of = [&](const std::string& policy) {
     if (st.epochs > 0) return st.epochs;
     if (st.full) return full;
-    return model == "mlp" && emulated_16bit(policy) ? 2 : normal;
+    return model == "mlp" && emulated_16bit(policy) ? 1 : normal;
   };
   std::vector<run_spec> runs;
   for (const auto& p : policies) runs.push_back({p, epochs_of(p)});
@@ -248,8 +248,8 @@ const char* program_note() {
                "  M: comma-separated from mlp,cnn,vit (default: all three)\n"
                "  LIST: comma-separated from 32-true,64-true,bf16-mixed,16-mixed,fp8-mixed,fp8-mixed/unscaled,bf16-true,\n"
                "  bf16-true+sr,16-true\n"
-               "  default: the MLP under every policy for 6 epochs (the emulated 16-bit -true ones for 2, beside a 32-true\n"
-               "  run of 2); the CNN (3 epochs) and the ViT (3 epochs) under\n"
+               "  default: the MLP under every policy for 6 epochs (the emulated 16-bit -true ones for 1, beside a 32-true\n"
+               "  run of 1); the CNN (3 epochs) and the ViT (3 epochs) under\n"
                "  32-true, bf16-mixed and 16-mixed; --full runs every model under every policy,\n"
                "  the MLP for 12, the CNN for 8 and the ViT for 15 epochs\n"
                "%s"
