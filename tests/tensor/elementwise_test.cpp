@@ -220,3 +220,81 @@ TEST(ElementwiseMisc, ShortStridedRunsWithConversions) {
     expect_short_runs_match_elementwise<float8_e4m3, float, bfloat16>(inner);
   }
 }
+
+namespace {
+
+/// Every bf16 bit pattern class a conversion treats apart: zeros, subnormals, normals, the
+/// largest finite values, infinities, and NaNs with every kind of payload (signalling ones too).
+std::vector<std::uint16_t> bf16_patterns(std::size_t n) {
+  const std::uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x3f80, 0xbf81, 0x7f7f, 0xff7f, 0x7f80,
+                                   0xff80, 0x7f81, 0xff81, 0x7fbf, 0x7fc0, 0xffc1, 0x7fff};
+  std::vector<std::uint16_t> v(n);
+  std::uint32_t s = 12345;
+  for (std::size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = i % 3 == 0 ? special[(s >> 8) % std::size(special)] : static_cast<std::uint16_t>(s >> 16);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST(ElementwiseMisc, ShortBf16RunsWidenAsTheVectorKernels) {
+  // load_run widens short dense bf16 runs inline; longer ones through convert_dispatch. Both
+  // must give the same bits, the quieted NaN payloads included.
+  for (index_t n : {index_t{1}, index_t{7}, index_t{16}, index_t{33}, detail::inline_widen_max, detail::inline_widen_max + 1,
+                    index_t{300}}) {
+    const auto bits = bf16_patterns(static_cast<std::size_t>(n));
+    std::vector<bfloat16> x;
+    for (std::uint16_t b : bits) x.push_back(Eigen::numext::bit_cast<bfloat16>(b));
+    std::vector<float> got(x.size()), want(x.size());
+    const float* v = detail::load_run<float>(x.data(), n, 1, got.data());
+    detail::convert_dispatch(x.data(), want.data(), x.size(), rounding::nearest_even, overflow::infinity);
+    for (index_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(v + i, want.data() + i, 4), 0) << "n = " << n << ", element " << i << ", bf16 bits 0x" << std::hex
+                                                           << bits[static_cast<std::size_t>(i)];
+    }
+  }
+}
+
+namespace {
+
+/// A copy (map_into with identity) from S into D, dense and through a permuted view, against
+/// each value loaded as float and stored once; NaNs compared as NaNs (a copy quiets them).
+template <class S, class D>
+void expect_copy_converts_once() {
+  const Shape shape{3, 5, 24};
+  const auto bits = bf16_patterns(static_cast<std::size_t>(shape.size()));
+  Tensor<S> x(shape);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    x.data()[i] = detail::store<S>(detail::load<float>(Eigen::numext::bit_cast<bfloat16>(bits[i])));
+  }
+  for (bool permuted : {false, true}) {
+    Tensor<D> y(permuted ? Shape{5, 3, 24} : shape);
+    const auto from = permuted ? x.view().as_const().permute(Shape{1, 0, 2}) : x.view().as_const();
+    map_into<float>("test", y.view(), detail::identity{}, from);
+    for (index_t i = 0; i < y.size(); ++i) {
+      const index_t a = permuted ? i / 24 % 3 : i / 120, b = permuted ? i / 72 : i / 24 % 5, c = i % 24;
+      const float xv = detail::load<float>(x(a, b, c));
+      const D want = detail::store<D>(xv);
+      const D got = y.data()[i];
+      if (std::isnan(xv)) {
+        ASSERT_TRUE(std::isnan(detail::load<float>(got))) << "element " << i;
+      } else {
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof(D)), 0) << (permuted ? "permuted" : "dense") << ", element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ElementwiseMisc, CopiesConvertStraightIntoTheOutput) {
+  expect_copy_converts_once<bfloat16, float>();
+  expect_copy_converts_once<float, bfloat16>();
+  expect_copy_converts_once<half, float>();
+  expect_copy_converts_once<float, half>();
+  expect_copy_converts_once<bfloat16, half>();
+  expect_copy_converts_once<float, float>();
+  expect_copy_converts_once<bfloat16, bfloat16>();
+}

@@ -40,14 +40,6 @@
 
 namespace precis::detail {
 
-/// The element-wise copy functor (map_into rounds once into the destination's storage).
-struct identity {
-  template <class T>
-  PRECIS_HOST_DEVICE T operator()(const T& a) const {
-    return a;
-  }
-};
-
 /// Copies (and rounds, once, to nearest) a view into another of the same shape.
 template <class S, class C, class D, class DC>
 void copy_view(const TensorView<S, C>& from, const TensorView<D, DC>& to) {
