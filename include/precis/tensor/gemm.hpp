@@ -549,10 +549,20 @@ void gemm_small(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index_t
   if constexpr (std::is_same_v<remove_cv_t<SA>, Acc>) {
     ap = a;
   } else {
-    Acc* w = scratch<Acc, 4>(static_cast<std::size_t>(m * k));
-    for (index_t i = 0; i < m; ++i) {
-      const Acc* x = load_run<Acc>(a + i * rsa, k, csa, w + i * k);
-      if (x != w + i * k) std::copy_n(x, k, w + i * k);
+    Acc* w = scratch<Acc, 4>(static_cast<std::size_t>(m * k + m));
+    if (rsa == 1 && csa != 1) {
+      // A column-major (a transposed view): each column is a dense run, converted in one call
+      // and spread into w's rows (element by element, each value would convert on its own)
+      Acc* col = w + m * k;
+      for (index_t p = 0; p < k; ++p) {
+        const Acc* x = load_run<Acc>(a + p * csa, m, 1, col);
+        for (index_t i = 0; i < m; ++i) w[i * k + p] = x[i];
+      }
+    } else {
+      for (index_t i = 0; i < m; ++i) {
+        const Acc* x = load_run<Acc>(a + i * rsa, k, csa, w + i * k);
+        if (x != w + i * k) std::copy_n(x, k, w + i * k);
+      }
     }
     ap = w;
     rsa = k;
