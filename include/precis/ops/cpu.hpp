@@ -848,8 +848,21 @@ class cpu : public fresh_tracking<cpu> {
               v[static_cast<std::size_t>(j)] = detail::load_run<Acc>(src, len, index_t{1}, buf[static_cast<std::size_t>(j)].data());
             }
             if (nc == lanes) {
-              for (index_t q = 0; q < len; ++q)
-                for (std::size_t j = 0; j < lanes; ++j) s[j] += v[j][q];
+              // the eight sums in named locals, so that they stay in registers at -O2 too (GCC
+              // unrolls a loop over an array of them completely only at -O3)
+              Acc t0 = s[0], t1 = s[1], t2 = s[2], t3 = s[3], t4 = s[4], t5 = s[5], t6 = s[6], t7 = s[7];
+              const Acc *v0 = v[0], *v1 = v[1], *v2 = v[2], *v3 = v[3], *v4 = v[4], *v5 = v[5], *v6 = v[6], *v7 = v[7];
+              for (index_t q = 0; q < len; ++q) {
+                t0 += v0[q];
+                t1 += v1[q];
+                t2 += v2[q];
+                t3 += v3[q];
+                t4 += v4[q];
+                t5 += v5[q];
+                t6 += v6[q];
+                t7 += v7[q];
+              }
+              s = {t0, t1, t2, t3, t4, t5, t6, t7};
             } else {
               for (index_t q = 0; q < len; ++q)
                 for (index_t j = 0; j < nc; ++j) s[static_cast<std::size_t>(j)] += v[static_cast<std::size_t>(j)][q];
