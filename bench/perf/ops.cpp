@@ -51,6 +51,41 @@ void BM_conv2d_fwd_bwd(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(conv_flops(k) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// conv2d's forward alone (recorded on a tape for a backward, as in training): the direct kernel where it
+/// applies, else im2col and the GEMM.
+template <class P>
+void BM_conv2d_forward(benchmark::State& state) {
+  const conv_case k = cases[static_cast<std::size_t>(state.range(0))];
+  using S = typename P::param_type;
+  Tensor<S> x(Shape{k.n, k.c, k.h, k.h}), w(Shape{k.o, k.c, 3, 3}), b(Shape{k.o});
+  fill_uniform(x.view(), -1, 1, 1);
+  fill_uniform(w.view(), -0.3, 0.3, 2);
+  Tensor<grad_storage_t<P, S>> gw(w.shape()), gb(b.shape());
+  Tape<P> tape;
+  const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
+  for (auto _ : state) {  // x as the first convolution's input (no gradient), w and b as parameters
+    tape.reset();
+    const auto y = conv2d(tape.borrow(x.view()), tape.param(w.view(), gw.view()), tape.param(b.view(), gb.view()), same);
+    benchmark::DoNotOptimize(y.value().data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(conv_flops(k) / 3 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The forward's GEMM alone ([O, K] x [K, N Ho Wo], float), at the same shapes.
+void BM_conv2d_gemm_forward_baseline(benchmark::State& state) {
+  const conv_case k = cases[static_cast<std::size_t>(state.range(0))];
+  const index_t kk = k.c * 9, cols = k.n * k.h * k.h;
+  Tensor<float> wm(Shape{k.o, kk}), col(Shape{kk, cols}), y(Shape{k.o, cols});
+  fill_uniform(wm.view(), -1, 1, 3);
+  fill_uniform(col.view(), -1, 1, 4);
+  const int threads = detail::default_gemm_threads(k.o, cols, kk);
+  for (auto _ : state) {
+    detail::gemm_blocked<float>(k.o, cols, kk, 1.0f, wm.data(), kk, 1, col.data(), cols, 1, 0.0f, y.data(), cols, 1, threads);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(conv_flops(k) / 3 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// The three GEMMs conv2d lowers to, in float, at the same shapes.
 void BM_conv2d_gemm_baseline(benchmark::State& state) {
   const conv_case k = cases[static_cast<std::size_t>(state.range(0))];
@@ -142,6 +177,9 @@ void BM_relu_fwd_bwd(benchmark::State& state) { bn_or_relu<P, false>(state); }
 }  // namespace
 
 BENCHMARK(BM_conv2d_gemm_baseline)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_conv2d_gemm_forward_baseline)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_conv2d_forward, pol::named<"32-true">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_conv2d_forward, pol::named<"bf16-mixed">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_conv2d_fwd_bwd, pol::named<"32-true">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_conv2d_fwd_bwd, pol::named<"bf16-mixed">)->DenseRange(0, 1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_transformer_block_gemm_baseline)->Unit(benchmark::kMillisecond)->UseRealTime();

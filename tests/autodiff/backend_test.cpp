@@ -283,6 +283,12 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::conv_output_grads(gq, gy, oc0, og, oc_all, n0, count, p, gm, gb);
   }
+  template <class L, class B, class O>
+  bool conv_direct(const op::conv_detail::geometry& g, index_t groups, index_t oc_all, const L* x, const L* w,
+                   const TensorView<const B>& bias, float alpha, O* y) const {
+    fence::open o;
+    return op::cpu::conv_direct(g, groups, oc_all, x, w, bias, alpha, y);
+  }
   template <class GQ, class L>
   void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
                           float* gw, float* part, GQ* tail_g, L* tail_c) const {

@@ -314,6 +314,111 @@ TEST(OpLayerReference, Conv2dMatchesDefinition) {
   }
 }
 
+/// conv2d's forward with an fp32 accumulator, written out: per output, the chain of fp32 FMAs
+/// over its taps in k order (channel, kernel row, kernel column) from +0, a tap over padding
+/// multiplying +0, then the bias added in fp32 and one rounding to the storage. The direct kernel
+/// computes exactly this, and so does the columns' GEMM (K within one block, fp32 lanes).
+template <class S>
+Tensor<S> conv_fma_chain(const Tensor<S>& x, const Tensor<S>& w, const Tensor<S>& b, const conv2d_options& o, const Shape& ys) {
+  Tensor<S> y(ys);
+  const index_t og = w.shape()[0] / o.groups, cg = w.shape()[1];
+  for (index_t n = 0; n < ys[0]; ++n)
+    for (index_t f = 0; f < ys[1]; ++f)
+      for (index_t oh = 0; oh < ys[2]; ++oh)
+        for (index_t ow = 0; ow < ys[3]; ++ow) {
+          float ab = 0.0f;
+          for (index_t ci = 0; ci < cg; ++ci)
+            for (index_t i = 0; i < w.shape()[2]; ++i)
+              for (index_t j = 0; j < w.shape()[3]; ++j) {
+                const index_t ih = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                const index_t iw = ow * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                const bool inside = ih >= 0 && ih < x.shape()[2] && iw >= 0 && iw < x.shape()[3];
+                const float xv = inside ? detail::load<float>(x(n, (f / og) * cg + ci, ih, iw)) : 0.0f;
+                ab = std::fma(detail::load<float>(w(f, ci, i, j)), xv, ab);
+              }
+          y(n, f, oh, ow) = detail::store<S>(ab + detail::load<float>(b(f)));
+        }
+  return y;
+}
+
+/// conv2d's forward under 32-true, bf16-mixed and 16-mixed against conv_fma_chain, bit for bit,
+/// at every vector level this CPU has (AVX2, AVX-512: the direct kernel's two widths) and for
+/// one thread and two: output widths that leave a partial vector, channel counts that leave a
+/// partial block of 8 (or 4), padding, dilation, row stride, groups, several image batches, and
+/// one infinite weight (its taps over padding give NaN, inf x 0, as the GEMM over zero-filled
+/// columns does); a column stride of 2 takes the columns' GEMM, with the same bits (more taps than
+/// the GEMM's K block, 256, take it too: its blocks are added one after the other, not this chain).
+template <class P>
+void expect_conv_forward_fma_chain() {
+  using S = typename P::param_type;
+  struct geometry_case {
+    conv2d_options o;
+    Shape xs, ws;
+    bool inf_weight = false;
+  };
+  const std::vector<geometry_case> cases{
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 1, 28, 28}, {16, 1, 3, 3}},  // the demo CNN's first convolution
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {2, 16, 14, 14}, {32, 16, 3, 3}, true},  // its second
+      {{{2, 1}, {2, 1}, {1, 2}, 2}, {2, 4, 9, 19}, {6, 2, 3, 2}},
+      {{{1, 1}, {0, 3}, {2, 1}, 1}, {1, 3, 8, 33}, {5, 3, 2, 3}, true},
+      {{{1, 1}, {0, 0}, {1, 1}, 3}, {2, 3, 5, 7}, {9, 1, 1, 1}},  // depthwise 1 x 1, 3 outputs a channel
+      {{{1, 2}, {1, 1}, {1, 1}, 1}, {2, 2, 6, 9}, {3, 2, 3, 3}},  // column stride 2: the GEMM
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {3, 8, 150, 150}, {3, 8, 1, 1}},  // image batches of 2 and 1
+  };
+  std::vector<gemm_isa> levels;
+  for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512})
+    if (isa <= gemm_isa_available()) levels.push_back(isa);
+  if (levels.empty()) GTEST_SKIP() << "AVX2 and FMA are not available on this CPU (or OS, or PRECIS_ISA caps them)";
+  unsigned seed = 300;
+  for (const auto& [o, xs, ws, inf_weight] : cases) {
+    const auto x = astype<S>(uniform(xs, -1, 1, seed)), b = astype<S>(uniform({ws[0]}, -1, 1, seed + 2));
+    auto w = astype<S>(uniform(ws, -1, 1, seed + 1));
+    seed += 10;
+    if (inf_weight) w(1, 0, 0, 0) = detail::store<S>(std::numeric_limits<float>::infinity());
+    const auto want = conv_fma_chain(x, w, b, o, conv2d<P>(x, w, b, o).shape());
+    const std::string at = std::string(P::name()) + ", x " + xs.str() + ", w " + ws.str();
+    for (gemm_isa isa : levels) {
+      const gemm_isa before = limit_gemm_isa(isa);
+      for (int threads : {1, 2}) {
+#if defined(_OPENMP)
+        const int before_threads = omp_get_max_threads();
+        omp_set_num_threads(threads);
+#endif
+        const auto y = conv2d<P>(x, w, b, o);
+#if defined(_OPENMP)
+        omp_set_num_threads(before_threads);
+#endif
+        for (index_t i = 0; i < y.size(); ++i) {
+          const float got = detail::load<float>(y.data()[i]), ref = detail::load<float>(want.data()[i]);
+          if (std::isnan(ref)) {
+            ASSERT_TRUE(std::isnan(got)) << "element " << i << " (" << at << ", " << to_string(isa) << ", " << threads << " threads)";
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(&y.data()[i], &want.data()[i], sizeof(S)), 0)
+              << "element " << i << ": " << got << " against the chain's " << ref << " (" << at << ", " << to_string(isa) << ", "
+              << threads << " threads)";
+        }
+      }
+      limit_gemm_isa(before);
+    }
+    if (inf_weight) {  // the infinite weight's taps over padding did give NaN
+      const auto y = conv2d<P>(x, w, b, o);
+      ASSERT_TRUE(std::isnan(detail::load<float>(y(0, 1, 0, 0)))) << at;
+    }
+  }
+  // the cases meant for the direct kernel take it, the others the GEMM, and the last one several batches
+  const auto geometry = [](const geometry_case& c) { return op::conv2d::geometry_of(c.o, c.xs, c.ws); };
+  EXPECT_TRUE(op::conv_detail::direct_applies(geometry(cases[0]), 1, 16));
+  EXPECT_FALSE(op::conv_detail::direct_applies(geometry(cases[5]), 1, 16));
+  EXPECT_FALSE(op::conv_detail::direct_applies(geometry({{{1, 1}, {1, 1}, {1, 1}, 1}, {1, 32, 5, 6}, {4, 32, 3, 3}}), 1, 16));
+  const auto last = geometry(cases.back());
+  EXPECT_LT(op::conv_detail::direct_images_per_batch(last, op::conv_detail::direct_layout(last, 16), 3, true), last.n);
+}
+
+TEST(OpLayerReference, Conv2dForwardIsTheFmaChain32True) { expect_conv_forward_fma_chain<pol::named<"32-true">>(); }
+TEST(OpLayerReference, Conv2dForwardIsTheFmaChainBf16Mixed) { expect_conv_forward_fma_chain<pol::named<"bf16-mixed">>(); }
+TEST(OpLayerReference, Conv2dForwardIsTheFmaChain16Mixed) { expect_conv_forward_fma_chain<pol::named<"16-mixed">>(); }
+
 /// conv2d's gradients under 64-true and 32-true against the adjoint of the definition (dx, dw,
 /// db of sum(y * c)), each a plain sum of products evaluated in double from the values the tape
 /// sees; geometries that take every im2col / col2im path (strided, dilated, grouped, and "same"

@@ -430,8 +430,10 @@ class cuda : public fresh_tracking<cuda> {
                          GQ* gm, Acc* gb) const {
     precis::cuda::conv_output_grads(stream_, gq, gy, oc0, og, oc_all, n0, count, p, gm, gb);
   }
-  /// The device computes conv2d's weight gradient with its GEMM (the host's in-place AVX2 path
-  /// is a CPU kernel).
+  /// The device computes conv2d's forward and weight gradient with its GEMM (the host's direct
+  /// forward and in-place weight gradient are CPU kernels).
+  template <class Acc, class L>
+  static constexpr bool conv_direct_types = false;
   template <class Acc, class L, class GQ>
   static constexpr bool weight_grad_direct_types = false;
   /// v (contiguous, a binary format) = zeros.

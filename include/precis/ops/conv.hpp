@@ -98,6 +98,15 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sv.sc.s1);
     const auto g = geometry_of(a, x.shape(), w.shape());
     const index_t groups = a.groups, cg = g.c / groups, og = w.shape()[0] / groups, k = cg * g.kh * g.kw, p = g.plane();
+    TensorView<const Acc> no_bias;
+    const auto bias_view = std::get<0>(std::forward_as_tuple(bias..., no_bias));  // no_bias when there is none
+    sv.cols = nullptr;
+    // few taps per output: straight from the input, no columns (the backward makes its own)
+    if constexpr (Ctx::template conv_direct_types<Acc, L>) {
+      if (ctx.conv_direct(g, groups, w.shape()[0], sv.x.data(), sv.w.data(), bias_view, static_cast<float>(alpha.value), y.data())) {
+        return;
+      }
+    }
     const index_t nb = ctx.conv_images_per_batch(g.n, k, p);
     // when the batch fits one buffer and a backward will run, the columns are kept for it
     const bool keep_cols = ctx.saving() && nb == g.n;
@@ -105,8 +114,6 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto col = keep_cols ? TensorView<L>(kept, Shape{k, nb * p}) : ctx.template temp<L>(Shape{k, nb * p});
     sv.cols = kept;
     const auto acc = ctx.template temp<Acc>(Shape{og, nb * p});
-    TensorView<const Acc> no_bias;
-    const auto bias_view = std::get<0>(std::forward_as_tuple(bias..., no_bias));  // no_bias when there is none
     for (index_t n0 = 0; n0 < g.n; n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {

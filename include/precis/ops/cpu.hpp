@@ -874,6 +874,29 @@ class cpu : public fresh_tracking<cpu> {
     });
   }
 
+  /// Whether conv2d's forward may take the direct kernel (conv_detail::direct_forward) for these
+  /// types: an fp32 accumulator and operands that widen to fp32 exactly.
+  template <class Acc, class L>
+  static constexpr bool conv_direct_types = std::is_same_v<Acc, float> && conv_detail::widens_to_f32<L>;
+  /// conv2d's forward by the direct kernel where it applies (conv_detail::direct_applies: this
+  /// CPU, unit stride along the rows, few taps per output): y = x (*) w (+ bias), each output alpha
+  /// times its chain of fp32 FMAs in k order, plus the bias, rounded once. False: it did not apply
+  /// (nothing written; conv2d takes the columns' GEMM).
+  template <class L, class B, class O>
+  bool conv_direct(const conv_detail::geometry& g, index_t groups, index_t oc_all, const L* x, const L* w,
+                   const TensorView<const B>& bias, float alpha, O* y) const {
+    const index_t lanes = conv_detail::direct_lanes();
+    if (!conv_detail::direct_applies(g, groups, lanes)) return false;
+    const conv_detail::direct_layout d(g, lanes);
+    constexpr bool staged = !std::is_same_v<O, float>;
+    const index_t nb = conv_detail::direct_images_per_batch(g, d, oc_all, staged);
+    const auto xp = temp<float>(Shape{nb * g.c * d.plane()});
+    const auto wf = temp<float>(Shape{oc_all * (g.c / groups * g.kh * g.kw + 1)});
+    const auto yb = temp<float>(Shape{staged ? nb * oc_all * g.plane() : 0});
+    conv_detail::direct_forward(g, d, groups, oc_all, x, w, bias, alpha, y, nb, xp.data(), wf.data(), yb.data());
+    return true;
+  }
+
   /// Whether conv2d's weight gradient may skip the GEMM (weight_grad_direct) for these types:
   /// an fp32 accumulator and operands that widen to fp32 exactly; at run time the CPU must also
   /// have AVX2 and FMA (weight_grad_direct_available).

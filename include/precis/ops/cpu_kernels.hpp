@@ -294,6 +294,257 @@ inline index_t images_per_batch(index_t n, index_t k, index_t plane, index_t bud
   return std::max<index_t>(1, std::min<index_t>(n, budget / per));
 }
 
+// ---- conv2d's forward without columns ---------------------------------------------------------
+//
+// With few taps per output (k = C / groups * kh * kw: conv1's 9 in the demo CNN), the GEMM over
+// im2col's columns is mostly overhead: the columns are k times the input, the GEMM packs them
+// once more, and its [O, N Ho Wo] result is moved into [N, O, Ho, Wo] by one more pass. The
+// direct kernel below reads each image's planes (widened to fp32 and zero-padded once, so that
+// every tap is a plain vector load) and writes the output in place, with the arithmetic of the
+// GEMM path: per output, the chain of fp32 FMAs over the taps in k order from +0 (the GEMM's
+// when k fits one K block, so the bits are the same; docs/ops.md), times alpha, plus the bias,
+// rounded once.
+
+/// Vector operations of the direct kernel, 8 fp32 lanes (AVX2 + FMA). Vectors pass by pointer
+/// only: direct_image, which calls these, is compiled for no instruction set of its own (it is
+/// inlined into the target-specific direct_image_avx2 and _avx512).
+struct direct_avx2 {
+#if PRECIS_X86_SIMD
+  using V = __m256;
+  static constexpr index_t lanes = 8;
+  template <std::size_t... I>
+  PRECIS_TARGET_AVX2 static void zero(V* acc, std::index_sequence<I...>) {
+    ((acc[I] = _mm256_setzero_ps()), ...);
+  }
+  template <std::size_t... Q>
+  PRECIS_TARGET_AVX2 static void load(V* xv, const float* const* xr, index_t off, std::index_sequence<Q...>) {
+    ((xv[Q] = _mm256_loadu_ps(xr[Q] + off)), ...);
+  }
+  /// acc[o NP + q] = fma(w[o][t], xv[q], acc[o NP + q]) for every o < OB and q < NP.
+  template <std::size_t NP, std::size_t... I>
+  PRECIS_TARGET_AVX2 static void taps(V* acc, const float* const* wr, index_t t, const V* xv, std::index_sequence<I...>) {
+    ((acc[I] = _mm256_fmadd_ps(_mm256_broadcast_ss(wr[I / NP] + t), xv[I % NP], acc[I])), ...);
+  }
+  /// out[0, n) = alpha v (+ bias), n <= 8.
+  PRECIS_TARGET_AVX2 static void store(float* out, V v, float alpha, const float* bias, index_t n) {
+    V r = _mm256_mul_ps(_mm256_set1_ps(alpha), v);
+    if (bias != nullptr) r = _mm256_add_ps(r, _mm256_broadcast_ss(bias));
+    if (n == lanes) {
+      _mm256_storeu_ps(out, r);
+    } else {  // through a buffer: vmaskmovps stores are slow on AMD's cores
+      alignas(32) float part[lanes];
+      _mm256_store_ps(part, r);
+      std::copy_n(part, n, out);
+    }
+  }
+  /// store(out[I], acc[I], alpha, bias[I / NP], n[I % NP]) for every I whose out is not null.
+  template <std::size_t NP, std::size_t... I>
+  PRECIS_TARGET_AVX2 static void store_tile(float* const* out, const V* acc, float alpha, const float* const* bias,
+                                            const index_t* n, std::index_sequence<I...>) {
+    ((out[I] != nullptr ? store(out[I], acc[I], alpha, bias[I / NP], n[I % NP]) : void()), ...);
+  }
+#endif
+};
+
+/// Vector operations of the direct kernel, 16 fp32 lanes (AVX-512F).
+struct direct_avx512 {
+#if PRECIS_X86_SIMD
+  using V = __m512;
+  static constexpr index_t lanes = 16;
+  template <std::size_t... I>
+  PRECIS_TARGET_AVX512 static void zero(V* acc, std::index_sequence<I...>) {
+    ((acc[I] = _mm512_setzero_ps()), ...);
+  }
+  template <std::size_t... Q>
+  PRECIS_TARGET_AVX512 static void load(V* xv, const float* const* xr, index_t off, std::index_sequence<Q...>) {
+    ((xv[Q] = _mm512_loadu_ps(xr[Q] + off)), ...);
+  }
+  template <std::size_t NP, std::size_t... I>
+  PRECIS_TARGET_AVX512 static void taps(V* acc, const float* const* wr, index_t t, const V* xv, std::index_sequence<I...>) {
+    ((acc[I] = _mm512_fmadd_ps(_mm512_set1_ps(wr[I / NP][t]), xv[I % NP], acc[I])), ...);
+  }
+  PRECIS_TARGET_AVX512 static void store(float* out, V v, float alpha, const float* bias, index_t n) {
+    V r = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
+    if (bias != nullptr) r = _mm512_add_ps(r, _mm512_set1_ps(*bias));
+    _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u), r);
+  }
+  template <std::size_t NP, std::size_t... I>
+  PRECIS_TARGET_AVX512 static void store_tile(float* const* out, const V* acc, float alpha, const float* const* bias,
+                                              const index_t* n, std::index_sequence<I...>) {
+    ((out[I] != nullptr ? store(out[I], acc[I], alpha, bias[I / NP], n[I % NP]) : void()), ...);
+  }
+#endif
+};
+
+/// The most taps per output (C / groups * kh * kw) for which conv2d's forward takes the direct
+/// kernel: the fp32 GEMM's K block (256), so that the direct kernel's chain is always the one the
+/// GEMM would compute (longer K is cut into blocks added one after the other). At the demo CNN's
+/// 9 and 144 taps the direct kernel is the faster (docs/benchmarks.md).
+inline constexpr index_t direct_max_taps = detail::blocking_for<float>(true).kc;
+
+/// The padded fp32 planes the direct kernel reads: hp rows of wp values per channel, the input's
+/// plane at row pad[0], column pad[1], zeros around it; wp leaves room for every tap's whole
+/// vector of the last output column block.
+struct direct_layout {
+  index_t lanes, hp, wp, vecs;
+  direct_layout(const geometry& g, index_t lanes_) : lanes(lanes_) {
+    vecs = (g.wo + lanes - 1) / lanes;
+    hp = g.h + 2 * g.pad[0];
+    wp = std::max(g.w + 2 * g.pad[1], vecs * lanes + (g.kw - 1) * g.dil[1]);
+  }
+  index_t plane() const { return hp * wp; }
+};
+
+#if PRECIS_X86_SIMD
+/// One image and group of conv2d's output, out [og, ho wo] (rows p apart) = alpha (the chain of
+/// fp32 FMAs over the k = cg kh kw taps, in k order, from +0) + bias[o]: xp holds the group's
+/// padded planes [cg, hp, wp], wf its weights [og, k] in fp32, bias its og biases or null. OB
+/// output channels by NP output vectors at a time (rows past og and vectors past the last repeat
+/// the last one and are not stored). Unit stride along the rows (stride[1] == 1).
+template <class W, std::size_t OB, std::size_t NP>
+[[gnu::always_inline]] inline void direct_image(const geometry& g, const direct_layout& d, const float* xp, const float* wf,
+                                                index_t og, index_t cg, float alpha, const float* bias, float* out) {
+  using V = typename W::V;
+  constexpr auto tile = std::make_index_sequence<OB * NP>{};
+  constexpr auto row = std::make_index_sequence<NP>{};
+  const index_t k = cg * g.kh * g.kw, npos = g.ho * d.vecs, p = g.plane();
+  index_t offsets[direct_max_taps];  // tap t's position in the padded planes, relative to its output's
+  for (index_t c = 0, t = 0; c < cg; ++c)
+    for (index_t i = 0; i < g.kh; ++i)
+      for (index_t j = 0; j < g.kw; ++j, ++t) offsets[t] = c * d.plane() + i * g.dil[0] * d.wp + j * g.dil[1];
+  for (index_t o0 = 0; o0 < og; o0 += static_cast<index_t>(OB)) {
+    const float* wr[OB];
+    for (std::size_t o = 0; o < OB; ++o) wr[o] = wf + std::min(o0 + static_cast<index_t>(o), og - 1) * k;
+    for (index_t t0 = 0; t0 < npos; t0 += static_cast<index_t>(NP)) {
+      index_t oh[NP], ow[NP];
+      const float* xr[NP];
+      for (std::size_t q = 0; q < NP; ++q) {
+        const index_t t = std::min(t0 + static_cast<index_t>(q), npos - 1);
+        oh[q] = t / d.vecs;
+        ow[q] = t % d.vecs * d.lanes;
+        xr[q] = xp + oh[q] * g.stride[0] * d.wp + ow[q];
+      }
+      V acc[OB * NP], xv[NP];
+      W::zero(acc, tile);
+      for (index_t t = 0; t < k; ++t) {
+        W::load(xv, xr, offsets[t], row);
+        W::template taps<NP>(acc, wr, t, xv, tile);
+      }
+      float* dst[OB * NP];  // null: past og or past the last vector
+      const float* bo[OB];
+      index_t len[NP];
+      for (std::size_t q = 0; q < NP; ++q) len[q] = std::min(d.lanes, g.wo - ow[q]);
+      for (std::size_t o = 0; o < OB; ++o) {
+        const index_t oc = o0 + static_cast<index_t>(o);
+        bo[o] = bias != nullptr && oc < og ? bias + oc : nullptr;
+        for (std::size_t q = 0; q < NP; ++q)
+          dst[o * NP + q] = oc < og && t0 + static_cast<index_t>(q) < npos ? out + oc * p + oh[q] * g.wo + ow[q] : nullptr;
+      }
+      W::template store_tile<NP>(dst, acc, alpha, bo, len, tile);
+    }
+  }
+}
+
+PRECIS_TARGET_AVX2 inline void direct_image_avx2(const geometry& g, const direct_layout& d, const float* xp, const float* wf,
+                                                 index_t og, index_t cg, float alpha, const float* bias, float* out) {
+  direct_image<direct_avx2, 4, 3>(g, d, xp, wf, og, cg, alpha, bias, out);
+}
+PRECIS_TARGET_AVX512 inline void direct_image_avx512(const geometry& g, const direct_layout& d, const float* xp, const float* wf,
+                                                     index_t og, index_t cg, float alpha, const float* bias, float* out) {
+  direct_image<direct_avx512, 8, 3>(g, d, xp, wf, og, cg, alpha, bias, out);
+}
+#endif
+
+/// The lanes of the direct kernel this CPU runs within the GEMM's instruction-set cap
+/// (gemm_isa_in_use, so PRECIS_GEMM_ISA applies to both): 16 (AVX-512), 8 (AVX2 + FMA), or 0
+/// (conv2d takes the GEMM path).
+inline index_t direct_lanes() {
+#if PRECIS_X86_SIMD
+  const gemm_isa isa = gemm_isa_in_use();
+  if (isa >= gemm_isa::avx512) return 16;
+  if (isa >= gemm_isa::avx2) return 8;
+#endif
+  return 0;
+}
+
+
+/// Whether conv2d's forward takes the direct kernel: unit stride along the rows, few taps.
+inline bool direct_applies(const geometry& g, index_t groups, index_t lanes) {
+  return lanes > 0 && g.stride[1] == 1 && g.c / groups * g.kh * g.kw <= direct_max_taps;
+}
+
+/// Images per batch of the direct forward: their padded planes and, where the output is not
+/// fp32, their fp32 outputs within column_batch_elements.
+inline index_t direct_images_per_batch(const geometry& g, const direct_layout& d, index_t oc_all, bool staged) {
+  return images_per_batch(g.n, 1, g.c * d.plane() + (staged ? oc_all * g.plane() : 0));
+}
+
+/// conv2d's forward by the direct kernel: y [N, oc_all, Ho, Wo] = x [N, C, H, W] (*) w
+/// [oc_all, C / groups, kh, kw] (+ bias), each output alpha times its chain of FMAs plus its bias,
+/// rounded once to O. Scratch: xp (nb images' padded planes), wf (oc_all k + oc_all floats), yb
+/// (nb oc_all Ho Wo floats; used only when O is not float).
+template <class L, class B, class O>
+void direct_forward(const geometry& g, const direct_layout& d, index_t groups, index_t oc_all, const L* x, const L* w,
+                    const TensorView<const B>& bias, float alpha, O* y, index_t nb, float* xp, float* wf, float* yb) {
+#if PRECIS_X86_SIMD
+  const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw, p = g.plane(), hw = g.h * g.w;
+  const auto widen = [](const L* src, index_t n, float* dst) {
+    if constexpr (std::is_same_v<L, float>) {
+      std::copy_n(src, n, dst);
+    } else {
+      detail::load_run<float>(src, n, index_t{1}, dst);  // converts into dst
+    }
+  };
+  widen(w, oc_all * k, wf);
+  float* bf = bias.data() != nullptr ? wf + oc_all * k : nullptr;
+  for (index_t o = 0; bf != nullptr && o < oc_all; ++o) bf[o] = detail::ad::ld<float>(bias(o));
+  for (index_t n0 = 0; n0 < g.n; n0 += nb) {
+    const index_t count = std::min(nb, g.n - n0), planes = count * g.c;
+    detail::parallel_ranges(planes, detail::threads_for(planes * d.plane(), index_t{1} << 15), [&](index_t a, index_t b) {
+      for (index_t pl = a; pl < b; ++pl) {
+        float* dst = xp + pl * d.plane();
+        const L* src = x + (n0 * g.c + pl) * hw;
+        std::fill(dst, dst + g.pad[0] * d.wp, 0.0f);
+        for (index_t r = 0; r < g.h; ++r) {
+          float* row = dst + (g.pad[0] + r) * d.wp;
+          std::fill(row, row + g.pad[1], 0.0f);
+          widen(src + r * g.w, g.w, row + g.pad[1]);
+          std::fill(row + g.pad[1] + g.w, row + d.wp, 0.0f);
+        }
+        std::fill(dst + (g.pad[0] + g.h) * d.wp, dst + d.plane(), 0.0f);
+      }
+    });
+    const index_t tasks = count * groups;
+    detail::parallel_ranges(tasks, detail::threads_for(count * oc_all * k * p, index_t{1} << 15), [&](index_t a, index_t b) {
+      for (index_t task = a; task < b; ++task) {
+        const index_t im = task / groups, gi = task % groups;
+        float* out;
+        if constexpr (std::is_same_v<O, float>) {
+          out = y + ((n0 + im) * oc_all + gi * og) * p;
+        } else {
+          out = yb + (im * oc_all + gi * og) * p;
+        }
+        const float* planes_g = xp + (im * g.c + gi * cg) * d.plane();
+        const float* bias_g = bf != nullptr ? bf + gi * og : nullptr;
+        if (d.lanes == 16) {
+          direct_image_avx512(g, d, planes_g, wf + gi * og * k, og, cg, alpha, bias_g, out);
+        } else {
+          direct_image_avx2(g, d, planes_g, wf + gi * og * k, og, cg, alpha, bias_g, out);
+        }
+      }
+    });
+    if constexpr (!std::is_same_v<O, float>) {  // rounded once, vectorized
+      const index_t total = count * oc_all * p;
+      detail::parallel_ranges(total, detail::threads_for(total, index_t{1} << 15), [&](index_t a, index_t b) {
+        detail::store_run(yb + a, y + n0 * oc_all * p + a, b - a, index_t{1});
+      });
+    }
+  }
+#else
+  (void)g, (void)d, (void)groups, (void)oc_all, (void)x, (void)w, (void)bias, (void)alpha, (void)y, (void)nb, (void)xp, (void)wf, (void)yb;
+#endif
+}
+
 
 
 #if PRECIS_X86_SIMD
