@@ -3,7 +3,10 @@
 //
 // conv2d is a GEMM per group: the input's receptive fields are gathered into columns (im2col,
 // in the policy's compute type, a batch of images at a time), multiplied by the weights with
-// the policy's accumulator, and each output rounded once after its bias is added. The backward
+// the policy's accumulator, and each output rounded once after its bias is added. With an fp32
+// accumulator, at most 256 taps per output (C / groups kh kw, the fp32 GEMM's K block) and unit
+// stride along the rows, the host's forward skips the columns (op::cpu::conv_direct: each
+// output's chain of FMAs read straight from the padded input, the GEMM path's bits). The backward
 // runs the two transposed GEMMs in the accumulator and scatters the column gradients back
 // (col2im) into an accumulator image: every gradient is rounded once into its storage. With an
 // fp32 accumulator (and float, bfloat16 or half operands) on a CPU with AVX2 and FMA, the

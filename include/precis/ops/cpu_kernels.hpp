@@ -302,8 +302,8 @@ inline index_t images_per_batch(index_t n, index_t k, index_t plane, index_t bud
 // direct kernel below reads each image's planes (widened to fp32 and zero-padded once, so that
 // every tap is a plain vector load) and writes the output in place, with the arithmetic of the
 // GEMM path: per output, the chain of fp32 FMAs over the taps in k order from +0 (the GEMM's
-// when k fits one K block, so the bits are the same; docs/ops.md), times alpha, plus the bias,
-// rounded once.
+// when k fits one K block, so the bits are the same: docs/tensors.md writes the GEMM's chains
+// out), times alpha, plus the bias, rounded once.
 
 /// Vector operations of the direct kernel, 8 fp32 lanes (AVX2 + FMA). Vectors pass by pointer
 /// only: direct_image, which calls these, is compiled for no instruction set of its own (it is
