@@ -219,9 +219,11 @@ PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, 
   }
 }
 
-/// [a | b]: two 8-lane vectors in one 16-lane one.
+/// [a | b]: two 8-lane vectors in one 16-lane one. (The zero-masked insert with every lane
+/// kept: GCC 12's plain _mm512_insertf64x4, and _mm512_zextps256_ps512 built on it, pass an
+/// undefined vector that -O2 then warns "may be used uninitialized"; the instruction is the same.)
 PRECIS_TARGET_AVX512 inline __m512 join8(__m256 a, __m256 b) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+  return _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xFF, _mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
 }
 
 /// weight_grad_tiles with AVX-512: tiles of 4 rows of g x 4 rows of col (16 x 8 floats of part a
