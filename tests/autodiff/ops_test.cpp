@@ -508,16 +508,18 @@ TEST(OpLayerReference, Conv2dGradientsMatchAdjoint) {
 }
 
 /// conv_detail::weight_grad_direct (the fp32 weight gradient read in place) for fp32, bf16 and
-/// fp16 operands against sums in double: partial 3 x 3 tiles (5 channels, 7 column rows), planes
-/// with and without a tail past a multiple of 8, several images; gw starts non-zero and alpha
-/// scales. The same bits for one thread and two, and with the AVX2 and the AVX-512 tiles.
+/// fp16 operands against sums in double: partial tiles of both levels in both directions (the
+/// AVX2 tiles are 3 x 3 entries, the AVX-512 ones 8 x 6), planes with and without a tail past a
+/// multiple of 8, several images; gw starts non-zero and alpha scales. The same bits for one
+/// thread and two, and with the AVX2 and the AVX-512 tiles.
 template <class S>
 void expect_weight_grad_direct() {
   if (!op::conv_detail::weight_grad_direct_available()) GTEST_SKIP() << "AVX2 and FMA are not available on this CPU (or OS, or PRECIS_ISA caps them)";
   std::mt19937_64 rng(77);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const auto& [og, oc, k, count, p] :
-       std::vector<std::array<index_t, 5>>{{5, 6, 7, 3, 13}, {5, 5, 7, 2, 16}, {1, 2, 1, 1, 3}, {16, 16, 9, 4, 49}, {7, 9, 6, 2, 21}}) {
+       std::vector<std::array<index_t, 5>>{{5, 6, 7, 3, 13}, {5, 5, 7, 2, 16}, {1, 2, 1, 1, 3}, {16, 16, 9, 4, 49}, {7, 9, 6, 2, 21},
+                                          {19, 20, 13, 2, 27}, {8, 8, 12, 3, 24}}) {
     std::vector<S> g(static_cast<std::size_t>(count * oc * p)), col(static_cast<std::size_t>(k * count * p));
     for (auto& v : g) v = static_cast<S>(u(rng));
     for (auto& v : col) v = static_cast<S>(u(rng));
@@ -542,7 +544,7 @@ void expect_weight_grad_direct() {
     };
     const auto gw = run(1);
     EXPECT_EQ(run(2), gw) << "og " << og << ", k " << k << ", p " << p;
-    // the AVX-512 tiles (4 x 4 entries) add the AVX2 tiles' (3 x 3) products in their order
+    // the AVX-512 tiles (8 x 6 entries) add the AVX2 tiles' (3 x 3) products in their order
     for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
       if (isa > gemm_isa_available()) continue;
       const gemm_isa before = limit_gemm_isa(isa);

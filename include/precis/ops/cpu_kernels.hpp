@@ -226,50 +226,79 @@ PRECIS_TARGET_AVX512 inline __m512 join8(__m256 a, __m256 b) {
   return _mm512_castpd_ps(_mm512_maskz_insertf64x4(0xFF, _mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
 }
 
-/// weight_grad_tiles with AVX-512: tiles of 4 rows of g x 4 rows of col (16 x 8 floats of part a
-/// tile), each 512-bit accumulator two entries' eight lanes side by side ([g_i col_j | g_i
-/// col_j+1]), so every lane adds the same products in the same order as the AVX2 tiles: the
-/// same bits, with half the instructions for the same products.
+/// Eight values of S at p in both halves of a 512-bit vector, widened to fp32 (exact): a
+/// broadcast load and, for the 16-bit formats, one conversion; no shuffle.
+template <class S>
+PRECIS_TARGET_AVX512 inline __m512 load8_twice_f32(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xFF, _mm256_castps_pd(_mm256_loadu_ps(p))));
+  } else {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return detail::avx512_narrow<S>::widen(v);
+  }
+}
+
+/// Eight values of S at a and eight at b side by side ([a | b]), widened to fp32 (exact): one
+/// shuffle, and for the 16-bit formats one conversion of both.
+template <class S>
+PRECIS_TARGET_AVX512 inline __m512 load8_pair_f32(const S* a, const S* b) {
+  if constexpr (std::is_same_v<S, float>) {
+    return join8(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
+  } else {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    return detail::avx512_narrow<S>::widen(_mm256_inserti128_si256(_mm256_broadcastsi128_si256(lo), hi, 1));
+  }
+}
+
+/// The AVX-512 tiles' shape: rows of g and pairs of rows of col per tile. Their 24 accumulators
+/// each hold two entries' eight lanes ([g_i col_j | g_i col_j+1]); per eight positions the tile
+/// loads g's 8 rows as broadcasts (no shuffle) and col's 3 pairs with one shuffle each, for 24
+/// FMAs. (A first version paired two col rows against one g row joined to itself in 8
+/// accumulators: 8 loads and 6 shuffles for 8 FMAs, bound by the shuffles.)
+inline constexpr index_t wg512_rows = 8, wg512_pairs = 3;
+
+/// weight_grad_tiles with AVX-512: tiles of wg512_rows rows of g x 2 wg512_pairs rows of col (48
+/// entries of 8 floats of part a tile, entry (i, j) at (i * 2 wg512_pairs + j) * 8). Every lane
+/// adds the same products in the same order as the AVX2 tiles: the same bits.
 template <class GQ, class L>
 PRECIS_TARGET_AVX512 void weight_grad_tiles_avx512(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs,
                                                    index_t cis, index_t k, index_t count, index_t len, float* part, index_t t0,
                                                    index_t t1) {
-  const index_t ob_n = (og + 3) / 4;
+  constexpr index_t R = wg512_rows, T = wg512_pairs;
+  const index_t ob_n = (og + R - 1) / R;
   for (index_t b = 0; b < count; ++b) {
     for (index_t tile = t0; tile < t1; ++tile) {
       const index_t tb = tile / ob_n, ob = tile % ob_n;
-      const GQ* gr[4];
-      const L* cr[4];
-      for (index_t i = 0; i < 4; ++i) {
-        gr[i] = g + b * gs + std::min(4 * ob + i, og - 1) * grs;
-        cr[i] = col + std::min(4 * tb + i, k - 1) * crs + b * cis;
+      const GQ* gr[R];
+      const L* cr[2 * T];
+#pragma GCC unroll 8
+      for (index_t i = 0; i < R; ++i) gr[i] = g + b * gs + std::min(R * ob + i, og - 1) * grs;
+#pragma GCC unroll 8
+      for (index_t j = 0; j < 2 * T; ++j) cr[j] = col + std::min(2 * T * tb + j, k - 1) * crs + b * cis;
+      float* pt = part + tile * (R * 2 * T * 8);
+      __m512 acc[R][T];
+#pragma GCC unroll 8
+      for (index_t i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+        for (index_t j = 0; j < T; ++j) acc[i][j] = _mm512_loadu_ps(pt + (i * T + j) * 16);
       }
-      float* pt = part + tile * 128;
-      __m512 a00 = _mm512_loadu_ps(pt), a01 = _mm512_loadu_ps(pt + 16), a10 = _mm512_loadu_ps(pt + 32),
-             a11 = _mm512_loadu_ps(pt + 48), a20 = _mm512_loadu_ps(pt + 64), a21 = _mm512_loadu_ps(pt + 80),
-             a30 = _mm512_loadu_ps(pt + 96), a31 = _mm512_loadu_ps(pt + 112);
       for (index_t q = 0; q < len; q += 8) {
-        const __m512 y0 = join8(load8_f32(cr[0] + q), load8_f32(cr[1] + q)), y1 = join8(load8_f32(cr[2] + q), load8_f32(cr[3] + q));
-        __m256 x = load8_f32(gr[0] + q);
-        __m512 xx = join8(x, x);
-        a00 = _mm512_fmadd_ps(xx, y0, a00);
-        a01 = _mm512_fmadd_ps(xx, y1, a01);
-        x = load8_f32(gr[1] + q);
-        xx = join8(x, x);
-        a10 = _mm512_fmadd_ps(xx, y0, a10);
-        a11 = _mm512_fmadd_ps(xx, y1, a11);
-        x = load8_f32(gr[2] + q);
-        xx = join8(x, x);
-        a20 = _mm512_fmadd_ps(xx, y0, a20);
-        a21 = _mm512_fmadd_ps(xx, y1, a21);
-        x = load8_f32(gr[3] + q);
-        xx = join8(x, x);
-        a30 = _mm512_fmadd_ps(xx, y0, a30);
-        a31 = _mm512_fmadd_ps(xx, y1, a31);
+        __m512 y[T];
+#pragma GCC unroll 4
+        for (index_t j = 0; j < T; ++j) y[j] = load8_pair_f32(cr[2 * j] + q, cr[2 * j + 1] + q);
+#pragma GCC unroll 8
+        for (index_t i = 0; i < R; ++i) {
+          const __m512 x = load8_twice_f32(gr[i] + q);
+#pragma GCC unroll 4
+          for (index_t j = 0; j < T; ++j) acc[i][j] = _mm512_fmadd_ps(x, y[j], acc[i][j]);
+        }
       }
-      _mm512_storeu_ps(pt, a00), _mm512_storeu_ps(pt + 16, a01), _mm512_storeu_ps(pt + 32, a10);
-      _mm512_storeu_ps(pt + 48, a11), _mm512_storeu_ps(pt + 64, a20), _mm512_storeu_ps(pt + 80, a21);
-      _mm512_storeu_ps(pt + 96, a30), _mm512_storeu_ps(pt + 112, a31);
+#pragma GCC unroll 8
+      for (index_t i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+        for (index_t j = 0; j < T; ++j) _mm512_storeu_ps(pt + (i * T + j) * 16, acc[i][j]);
+      }
     }
   }
 }
@@ -277,9 +306,10 @@ PRECIS_TARGET_AVX512 void weight_grad_tiles_avx512(const GQ* g, index_t gs, inde
 
 /// Elements of the two scratch buffers weight_grad_direct needs: the tiles' partial sums, and
 /// the last p % 8 positions of every image gathered (rows of og + k, padded to whole vectors).
-/// (The AVX2 tiles' layout, 3 x 3 entries, or the AVX-512 tiles', 4 x 4: the larger.)
+/// (The AVX2 tiles' layout, 3 x 3 entries, or the AVX-512 tiles', 8 x 6: the larger.)
 inline index_t weight_grad_part_size(index_t og, index_t k) {
-  return std::max((og + 2) / 3 * ((k + 2) / 3) * 72, (og + 3) / 4 * ((k + 3) / 4) * 128);
+  constexpr index_t r = wg512_rows, c = 2 * wg512_pairs;
+  return std::max((og + 2) / 3 * ((k + 2) / 3) * 72, (og + r - 1) / r * ((k + c - 1) / c) * (r * c * 8));
 }
 inline index_t weight_grad_tail_len(index_t count, index_t p) { return (count * (p % 8) + 7) / 8 * 8; }
 
@@ -311,9 +341,10 @@ void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index
       std::fill(d + count * rem, d + tail, static_cast<L>(0.0f));
     }
   }
-  // AVX-512 (within PRECIS_GEMM_ISA's cap): tiles of 4 x 4 entries; AVX2: 3 x 3
+  // AVX-512 (within PRECIS_GEMM_ISA's cap): tiles of 8 x 6 entries; AVX2: 3 x 3
   const bool wide = gemm_isa_in_use() >= gemm_isa::avx512;
-  const index_t side = wide ? 4 : 3, ob_n = (og + side - 1) / side, tiles = ob_n * ((k + side - 1) / side), floats = side * side * 8;
+  const index_t rows = wide ? wg512_rows : 3, cols_t = wide ? 2 * wg512_pairs : 3;
+  const index_t ob_n = (og + rows - 1) / rows, tiles = ob_n * ((k + cols_t - 1) / cols_t), floats = rows * cols_t * 8;
   detail::parallel_ranges(tiles, detail::threads_for(og * k * count * p, index_t{1} << 16), [&](index_t t0, index_t t1) {
     std::fill(part + t0 * floats, part + t1 * floats, 0.0f);
     if (wide) {
@@ -325,9 +356,9 @@ void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index
     }
     for (index_t tile = t0; tile < t1; ++tile) {
       const index_t tb = tile / ob_n, ob = tile % ob_n;
-      for (index_t i = 0; i < side && side * ob + i < og; ++i)
-        for (index_t j = 0; j < side && side * tb + j < k; ++j)
-          gw[(side * ob + i) * k + side * tb + j] += alpha * lane_sum(part + tile * floats + (side * i + j) * 8);
+      for (index_t i = 0; i < rows && rows * ob + i < og; ++i)
+        for (index_t j = 0; j < cols_t && cols_t * tb + j < k; ++j)
+          gw[(rows * ob + i) * k + cols_t * tb + j] += alpha * lane_sum(part + tile * floats + (cols_t * i + j) * 8);
     }
   });
 #else
