@@ -24,6 +24,21 @@
 #define PRECIS_IVDEP
 #endif
 
+// The next loop unrolled n times (GCC and Clang both read "GCC unroll"; n a literal). nvcc's
+// front end does not know that pragma and would warn (#1675-D) in every translation unit that
+// includes a kernel header, though it passes the pragma on to the host compiler: the warning is
+// silenced around each use only.
+#define PRECIS_PRAGMA(x) _Pragma(#x)
+#if defined(__NVCC__)
+#define PRECIS_UNROLL(n)                                                                        \
+  PRECIS_PRAGMA(nv_diagnostic push) PRECIS_PRAGMA(nv_diag_suppress 1675) PRECIS_PRAGMA(GCC unroll n) \
+      PRECIS_PRAGMA(nv_diagnostic pop)
+#elif defined(__GNUC__) || defined(__clang__)
+#define PRECIS_UNROLL(n) PRECIS_PRAGMA(GCC unroll n)
+#else
+#define PRECIS_UNROLL(n)
+#endif
+
 // A function compiled once for any arguments: not inlined, cloned or specialised for a caller's
 // constants (GCC's noipa). With a caller's constant shapes propagated into the panel packing,
 // GCC 12 warns (-Waggressive-loop-optimizations) about a loop that never runs.

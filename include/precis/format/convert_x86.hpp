@@ -48,21 +48,33 @@ inline int isa_cap() {
   return cap;
 }
 
+/// CPUID leaf `leaf`, sub-leaf `sub`: {eax, ebx, ecx, edx}, all zero past the CPU's highest
+/// leaf. (Registers in an array: nvcc's front end warns of every named one an asm sets and the
+/// code does not read.)
+inline std::array<unsigned, 4> cpuid(unsigned leaf, unsigned sub = 0) {
+  std::array<unsigned, 4> r{};
+  if (leaf > static_cast<unsigned>(__get_cpuid_max(0, nullptr))) return r;  // int in Clang's cpuid.h
+  __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+  return r;
+}
+
+/// XCR0, the register states the OS saves; only where CPUID.1:ECX says OSXSAVE.
+inline std::uint64_t xcr0() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (std::uint64_t{hi} << 32) | lo;
+}
+
 /// AVX2 and F16C present and their registers enabled by the OS (CPUID + XGETBV; Clang 14's
 /// __builtin_cpu_supports does not know "f16c"), and the PRECIS_ISA cap at avx2 or above.
 inline bool cpu_has_avx2_f16c() {
   static const bool ok = [] {
     if (isa_cap() < 1) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned c = cpuid(1)[2];
     const bool f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u, osxsave = (c >> 27) & 1u;
     if (!(f16c && avx && osxsave)) return false;
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0x6u) != 0x6u) return false;  // XMM and YMM state saved by the OS
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    return ((b >> 5) & 1u) != 0;  // AVX2
+    if ((xcr0() & 0x6u) != 0x6u) return false;  // XMM and YMM state saved by the OS
+    return ((cpuid(7)[1] >> 5) & 1u) != 0;      // AVX2
   }();
   return ok;
 }
@@ -71,14 +83,9 @@ inline bool cpu_has_avx2_f16c() {
 /// state (XCR0 bits 5-7), and PRECIS_ISA does not cap it.
 inline bool cpu_has_avx512f() {
   static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (isa_cap() < 2 || !cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d) || ((c >> 12) & 1u) == 0) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (((b >> 16) & 1u) == 0) return false;
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    (void)xcr0_hi;
-    return (xcr0_lo & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
+    if (isa_cap() < 2 || !cpu_has_avx2_f16c() || ((cpuid(1)[2] >> 12) & 1u) == 0) return false;  // FMA
+    if (((cpuid(7)[1] >> 16) & 1u) == 0) return false;
+    return (xcr0() & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
   }();
   return ok;
 }
@@ -88,12 +95,10 @@ inline bool cpu_has_avx512f() {
 inline bool cpu_has_avx512_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (((b >> 30) & 3u) != 3u) return false;
-    if (a < 1) return false;  // no sub-leaf 1
-    __cpuid_count(7, 1, a, b, c, d);
-    return ((a >> 5) & 1u) != 0;
+    const auto l7 = cpuid(7);
+    if (((l7[1] >> 30) & 3u) != 3u) return false;
+    if (l7[0] < 1) return false;  // no sub-leaf 1
+    return ((cpuid(7, 1)[0] >> 5) & 1u) != 0;
   }();
   return ok;
 }

@@ -272,31 +272,31 @@ PRECIS_TARGET_AVX512 void weight_grad_tiles_avx512(const GQ* g, index_t gs, inde
       const index_t tb = tile / ob_n, ob = tile % ob_n;
       const GQ* gr[R];
       const L* cr[2 * T];
-#pragma GCC unroll 8
+      PRECIS_UNROLL(8)
       for (index_t i = 0; i < R; ++i) gr[i] = g + b * gs + std::min(R * ob + i, og - 1) * grs;
-#pragma GCC unroll 8
+      PRECIS_UNROLL(8)
       for (index_t j = 0; j < 2 * T; ++j) cr[j] = col + std::min(2 * T * tb + j, k - 1) * crs + b * cis;
       float* pt = part + tile * (R * 2 * T * 8);
       __m512 acc[R][T];
-#pragma GCC unroll 8
+      PRECIS_UNROLL(8)
       for (index_t i = 0; i < R; ++i) {
-#pragma GCC unroll 4
+        PRECIS_UNROLL(4)
         for (index_t j = 0; j < T; ++j) acc[i][j] = _mm512_loadu_ps(pt + (i * T + j) * 16);
       }
       for (index_t q = 0; q < len; q += 8) {
         __m512 y[T];
-#pragma GCC unroll 4
+        PRECIS_UNROLL(4)
         for (index_t j = 0; j < T; ++j) y[j] = load8_pair_f32(cr[2 * j] + q, cr[2 * j + 1] + q);
-#pragma GCC unroll 8
+        PRECIS_UNROLL(8)
         for (index_t i = 0; i < R; ++i) {
           const __m512 x = load8_twice_f32(gr[i] + q);
-#pragma GCC unroll 4
+          PRECIS_UNROLL(4)
           for (index_t j = 0; j < T; ++j) acc[i][j] = _mm512_fmadd_ps(x, y[j], acc[i][j]);
         }
       }
-#pragma GCC unroll 8
+      PRECIS_UNROLL(8)
       for (index_t i = 0; i < R; ++i) {
-#pragma GCC unroll 4
+        PRECIS_UNROLL(4)
         for (index_t j = 0; j < T; ++j) _mm512_storeu_ps(pt + (i * T + j) * 16, acc[i][j]);
       }
     }

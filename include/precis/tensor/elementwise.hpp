@@ -263,29 +263,29 @@ void map_into(const char* op, const TensorView<OS, OC>& out, F f, const TensorVi
         }
         detail::store_run(detail::load_run<C>(src, n, st[1], ibuf[0].data()), dst, n, st[0]);
       }
-      return;
-    }
-    for (index_t c0 = 0; c0 < count; c0 += detail::chunk) {
-      const index_t n = std::min(detail::chunk, count - c0);
-      OS* dst = out.data() + off[0] + c0 * st[0];
-      C* o = obuf.data();
-      if constexpr (std::is_same_v<OS, C>) {
-        if (st[0] == 1) o = dst;
-      }
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
-            std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
-            ibuf[I].data())...};
-        if constexpr (detail::has_bulk<F, C, sizeof...(IS)>) {
-          f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
-        } else {
-          // o is either disjoint from every input or the very same elements (check_map), so
-          // element i is read before it is written: vectorizing is safe
-PRECIS_IVDEP
-          for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+    } else {
+      for (index_t c0 = 0; c0 < count; c0 += detail::chunk) {
+        const index_t n = std::min(detail::chunk, count - c0);
+        OS* dst = out.data() + off[0] + c0 * st[0];
+        C* o = obuf.data();
+        if constexpr (std::is_same_v<OS, C>) {
+          if (st[0] == 1) o = dst;
         }
-      }(std::make_index_sequence<sizeof...(IS)>{});
-      if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          const std::array<const C*, sizeof...(IS)> src{detail::load_run<C>(
+              std::get<I>(inputs).data() + off[I + 1] + c0 * st[I + 1], n, st[I + 1],
+              ibuf[I].data())...};
+          if constexpr (detail::has_bulk<F, C, sizeof...(IS)>) {
+            f.bulk(o, src[I]..., n);  // a vectorized kernel for this Compute type
+          } else {
+            // o is either disjoint from every input or the very same elements (check_map), so
+            // element i is read before it is written: vectorizing is safe
+PRECIS_IVDEP
+            for (index_t i = 0; i < n; ++i) o[i] = f(src[I][i]...);
+          }
+        }(std::make_index_sequence<sizeof...(IS)>{});
+        if (o != static_cast<void*>(dst)) detail::store_run(o, dst, n, st[0]);
+      }
     }
   };
   const index_t total = out.size();

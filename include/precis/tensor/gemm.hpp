@@ -79,9 +79,8 @@ namespace detail {
 inline bool cpu_is_amd() noexcept {
 #if PRECIS_X86_SIMD
   static const bool amd = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid(0, a, b, c, d);
-    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "Auth" "enti" "cAMD"
+    const auto v = cpuid(0);
+    return v[1] == 0x68747541u && v[3] == 0x69746e65u && v[2] == 0x444d4163u;  // "Auth" "enti" "cAMD"
   }();
   return amd;
 #else
@@ -278,14 +277,14 @@ void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t 
     // column-major B (a transposed view): each column is dense along k
     if constexpr (std::is_same_v<Acc, float>) {
       spread_runs(b + j0 * cs, cs, cols, kc, panel, nr, row);  // register transposes
-      continue;
-    }
-    for (index_t c = 0; c < nr; ++c) {
-      if (c < cols) {
-        const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
-        for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = x[p];
-      } else {
-        for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = Acc(0);
+    } else {
+      for (index_t c = 0; c < nr; ++c) {
+        if (c < cols) {
+          const Acc* x = load_run<Acc>(b + (j0 + c) * cs, kc, 1, row);
+          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = x[p];
+        } else {
+          for (index_t p = 0; p < kc; ++p) panel[p * nr + c] = Acc(0);
+        }
       }
     }
   }

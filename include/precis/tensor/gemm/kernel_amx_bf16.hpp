@@ -63,12 +63,9 @@ namespace precis::detail {
 inline bool cpu_has_amx_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512_bf16()) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned d = cpuid(7)[3];
     if (((d >> 22) & 1u) == 0 || ((d >> 24) & 1u) == 0) return false;
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return false;
+    if ((xcr0() & (3u << 17)) != (3u << 17)) return false;
 #if defined(__linux__) && defined(SYS_arch_prctl)
     constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
     return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;

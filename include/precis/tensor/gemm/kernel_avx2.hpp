@@ -32,11 +32,7 @@ namespace precis::detail {
 
 /// AVX2 (with F16C) and FMA usable.
 inline bool cpu_has_avx2_fma() {
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!cpu_has_avx2_f16c() || !__get_cpuid(1, &a, &b, &c, &d)) return false;
-    return ((c >> 12) & 1u) != 0;
-  }();
+  static const bool ok = cpu_has_avx2_f16c() && ((cpuid(1)[2] >> 12) & 1u) != 0;
   return ok;
 }
 

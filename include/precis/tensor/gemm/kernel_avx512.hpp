@@ -86,7 +86,7 @@ PRECIS_TARGET_AVX512 inline void avx512_store_tile(const typename avx512_vec<T>:
   if (mr == R && nr == 2 * L && cs_c == 1) {
     const bool read_c = beta != T(0);
     const V vb = W::set1(beta);
-#pragma GCC unroll 12
+    PRECIS_UNROLL(12)
     for (int i = 0; i < R; ++i) {
       T* ci = c + i * rs_c;
       V t0 = W::mul(va, acc[i][0]), t1 = W::mul(va, acc[i][1]);
@@ -99,7 +99,7 @@ PRECIS_TARGET_AVX512 inline void avx512_store_tile(const typename avx512_vec<T>:
     }
   } else {
     alignas(64) T ab[std::size_t{2} * R * L];
-#pragma GCC unroll 12
+    PRECIS_UNROLL(12)
     for (int i = 0; i < R; ++i) {
       W::storeu(ab + i * 2 * L, acc[i][0]);
       W::storeu(ab + i * 2 * L + L, acc[i][1]);
@@ -121,12 +121,12 @@ PRECIS_TARGET_AVX512 void avx512_tile_kernel_ldb(index_t kc, const T* __restrict
   constexpr int L = W::lanes;
   constexpr int R = 12;
   V acc[R][2];
-#pragma GCC unroll 12
+  PRECIS_UNROLL(12)
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = W::zero();
   prefetch_c_tile(c, rs_c, cs_c, mr);
   for (index_t p = 0; p < kc; ++p) {
     const V b0 = W::loadu(b), b1 = W::loadu(b + L);
-#pragma GCC unroll 12
+    PRECIS_UNROLL(12)
     for (int i = 0; i < R; ++i) {
       const V ar = W::broadcast(a + i);
       acc[i][0] = W::fma(ar, b0, acc[i][0]);
@@ -241,7 +241,7 @@ PRECIS_TARGET_AVX512 void avx512_narrow_tile_kernel(index_t kc, const T* __restr
   for (index_t p = 0; p < kc; ++p) {
     __m512 b0, b1;
     N::load32(b, b0, b1);
-#pragma GCC unroll 6
+    PRECIS_UNROLL(6)
     for (int i = 0; i < R; ++i) {
       const __m512 ar = N::broadcast(a + i);
       acc[i][0] = N::round_step(_mm512_add_ps(acc[i][0], N::round_step(_mm512_mul_ps(ar, b0))));

@@ -185,13 +185,13 @@ PRECIS_TARGET_AVX512_BF16 inline void avx512_bf16_tile_kernel(index_t kp, const 
                                                               float beta) {
   constexpr int R = 12;
   __m512 acc[R][2];
-#pragma GCC unroll 12
+  PRECIS_UNROLL(12)
   for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   prefetch_c_tile(c, rs_c, cs_c, mr);
   for (index_t q = 0; q < kp; ++q) {
     const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
     const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
-#pragma GCC unroll 12
+    PRECIS_UNROLL(12)
     for (int i = 0; i < R; ++i) {
       const __m512bh ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ar);

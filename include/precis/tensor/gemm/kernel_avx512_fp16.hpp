@@ -56,10 +56,9 @@ namespace precis::detail {
 inline bool cpu_has_avx512_fp16() {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (((b >> 30) & 3u) != 3u) return false;  // AVX512BW (bit 30), AVX512VL (bit 31)
-    return ((d >> 23) & 1u) != 0;
+    const auto l7 = cpuid(7);
+    if (((l7[1] >> 30) & 3u) != 3u) return false;  // AVX512BW (bit 30), AVX512VL (bit 31)
+    return ((l7[3] >> 23) & 1u) != 0;
   }();
   return ok;
 }
@@ -88,7 +87,7 @@ PRECIS_TARGET_AVX512_FP16 inline void avx512_fp16_tile_kernel(index_t kc, const 
   for (auto& r : acc) r = _mm512_setzero_ph();
   for (index_t p = 0; p < kc; ++p) {
     const __m512h b0 = fp16_loadu(b);
-#pragma GCC unroll 6
+    PRECIS_UNROLL(6)
     for (int i = 0; i < R; ++i) acc[i] = fp16_add(acc[i], fp16_mul(fp16_broadcast(a + i), b0));
     a += R;
     b += 32;

@@ -32,11 +32,11 @@ PRECIS_TARGET_AVX2 inline void small_store(const typename avx2_vec<T>::V (&acc)[
   constexpr index_t L = X::lanes, WL = static_cast<index_t>(W) * L;
   if (cs_c == 1 && cols == WL) {
     const auto va = X::set1(alpha), vb = X::set1(beta);
-#pragma GCC unroll 4
+    PRECIS_UNROLL(4)
     for (std::size_t r = 0; r < 4; ++r) {  // constant indices keep acc in registers
       const auto ri = static_cast<index_t>(r);
       if (ri >= rows) break;
-#pragma GCC unroll 2
+      PRECIS_UNROLL(2)
       for (std::size_t w = 0; w < W; ++w) {
         T* cp = c + ri * rs_c + static_cast<index_t>(w) * L;
         auto t = X::mul(va, acc[r][w]);
@@ -47,9 +47,9 @@ PRECIS_TARGET_AVX2 inline void small_store(const typename avx2_vec<T>::V (&acc)[
     return;
   }
   alignas(32) T ab[4 * static_cast<std::size_t>(WL)];
-#pragma GCC unroll 4
+  PRECIS_UNROLL(4)
   for (std::size_t r = 0; r < 4; ++r)
-#pragma GCC unroll 2
+    PRECIS_UNROLL(2)
     for (std::size_t w = 0; w < W; ++w) X::storeu(ab + static_cast<index_t>(r) * WL + static_cast<index_t>(w) * L, acc[r][w]);
   tile_epilogue(ab, WL, c, rs_c, cs_c, rows, cols, alpha, beta);
 }
@@ -67,18 +67,18 @@ PRECIS_TARGET_AVX2 inline void small_block(index_t k, const T* a, index_t rsa, i
   const T* ar[4];
   for (std::size_t r = 0; r < 4; ++r) ar[r] = a + std::min(static_cast<index_t>(r), rows - 1) * rsa;
   V acc[4][W];
-#pragma GCC unroll 4
+  PRECIS_UNROLL(4)
   for (std::size_t r = 0; r < 4; ++r)
-#pragma GCC unroll 2
+    PRECIS_UNROLL(2)
     for (std::size_t w = 0; w < W; ++w) acc[r][w] = X::zero();
   for (index_t p = 0; p < k; ++p) {
     V bv[W];
-#pragma GCC unroll 2
+    PRECIS_UNROLL(2)
     for (std::size_t w = 0; w < W; ++w) bv[w] = X::loadu(b + p * ldb + static_cast<index_t>(w) * L);
-#pragma GCC unroll 4
+    PRECIS_UNROLL(4)
     for (std::size_t r = 0; r < 4; ++r) {
       const V av = X::broadcast(ar[r] + p * csa);
-#pragma GCC unroll 2
+      PRECIS_UNROLL(2)
       for (std::size_t w = 0; w < W; ++w) acc[r][w] = X::fma(av, bv[w], acc[r][w]);
     }
   }
