@@ -428,11 +428,24 @@ struct direct_avx2 {
     if (bias != nullptr) r = _mm256_add_ps(r, _mm256_broadcast_ss(bias));
     if (n == lanes) {
       _mm256_storeu_ps(out, r);
-    } else {  // through a buffer: vmaskmovps stores are slow on AMD's cores
-      alignas(32) float part[lanes];
-      _mm256_store_ps(part, r);
-      std::copy_n(part, n, out);
+      return;
     }
+    // n < 8 in pieces of 4, 2 and 1 (vmaskmovps stores are slow on AMD's cores, and a copy
+    // through a buffer on the stack was a call to memcpy per row of outputs)
+    __m128 part = _mm256_castps256_ps128(r);
+    if (n >= 4) {
+      _mm_storeu_ps(out, part);
+      part = _mm256_extractf128_ps(r, 1);
+      out += 4;
+      n -= 4;
+    }
+    if (n >= 2) {
+      _mm_storel_pi(reinterpret_cast<__m64*>(out), part);
+      part = _mm_movehl_ps(part, part);
+      out += 2;
+      n -= 2;
+    }
+    if (n == 1) _mm_store_ss(out, part);
   }
   /// store(out[I], acc[I], alpha, bias[I / NP], n[I % NP]) for every I whose out is not null.
   template <std::size_t NP, std::size_t... I>
