@@ -171,7 +171,9 @@ struct Adam {
 namespace simd {
 #if PRECIS_X86_SIMD
 /// SGD over float arrays, 8 lanes at a time (b: the momentum buffer, null without momentum);
-/// the operations of SGD::update in the same order. Returns the elements handled.
+/// the operations of SGD::update in the same order (the compiler may fuse a multiply and an
+/// add, as in adam_float, so a result can differ from the scalar path in its last bit). Returns
+/// the elements handled.
 PRECIS_TARGET_AVX2 inline std::size_t sgd_float(float* w, const float* g, float* b, std::size_t n, float factor, const SGD& r,
                                                 const SGD::context& c) {
   const __m256 f = _mm256_set1_ps(factor), wd = _mm256_set1_ps(static_cast<float>(r.weight_decay)),
@@ -195,7 +197,7 @@ PRECIS_TARGET_AVX2 inline std::size_t sgd_float(float* w, const float* g, float*
 
 /// Adam over float arrays, 8 lanes at a time: the same operations as Adam::update in the same
 /// order (the compiler may fuse a multiply and an add, so a result can differ from the scalar
-/// path in its last bit). Returns how many elements it handled (a multiple of 8).
+/// path in its last bit: GCC's default -ffp-contract=fast does). Returns how many elements it handled (a multiple of 8).
 PRECIS_TARGET_AVX2 inline std::size_t adam_float(float* w, const float* g, float* m, float* v, std::size_t n, float factor,
                                                  const Adam& a, const Adam::context& c) {
   const __m256 f = _mm256_set1_ps(factor), b1 = _mm256_set1_ps(static_cast<float>(a.beta1)),
