@@ -16,7 +16,14 @@ namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
 
-// Counting replacements of the global allocation functions (C++17 [new.delete]).
+// Counting replacements of the global allocation functions (C++17 [new.delete]). GCC 12 at -O2
+// and above inlines a replaced operator new and delete into one caller and then reports
+// free() of operator new's pointer as mismatched (-Wmismatched-new-delete), though both sides
+// are the malloc and free below.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(std::size_t n) {
   ++g_allocations;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
@@ -38,6 +45,9 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 using namespace precis;
 namespace pol = precis::policy;
