@@ -591,10 +591,10 @@ void expect_bf16_dot_model_cases(bool amx) {
   // (770 = 4 x 193)
   expect_bf16_dot_gemm_matches_model(25, 770, 40, false, false, 1.0f, 0.0f, 1, 0, 72, amx);
   expect_bf16_dot_gemm_matches_model(25, 770, 40, false, true, 0.5f, 1.0f, 2, 120, 133, amx);
-  // beyond the AMX kernel's K blocks of 512 (1500 = 512 + 512 + 476): partial sums carried
-  // through C, scaled at the last block, or through the workspace when beta != 0; rows split
-  // over 3 and 4 threads
-  expect_bf16_dot_gemm_matches_model(70, 1500, 100, false, true, 1.0f, 0.0f, 3, 0, 72, amx);
+  // beyond the AMX kernel's K blocks of 1024 (2500 = 864 + 864 + 772, 1100 = 576 + 524):
+  // partial sums carried through C, scaled at the last block, or through the workspace when
+  // beta != 0; rows split over 3 and 4 threads
+  expect_bf16_dot_gemm_matches_model(70, 2500, 100, false, true, 1.0f, 0.0f, 3, 0, 72, amx);
   expect_bf16_dot_gemm_matches_model(64, 1100, 64, false, false, 0.5f, 0.0f, 1, 110, 140, amx);
   expect_bf16_dot_gemm_matches_model(33, 1300, 65, true, false, 1.5f, -0.5f, 4, 120, 133, amx);
   // narrow products, run as C^T = B^T A^T

@@ -615,9 +615,12 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   if constexpr (std::is_same_v<Acc, float> && std::is_same_v<remove_cv_t<SA>, bfloat16> &&
                 std::is_same_v<remove_cv_t<SB>, bfloat16>) {
     if (isa >= gemm_isa::amx_bf16) {
-      // 32 x 32 blocks of C; K blocks of up to 512 (a 32-column B panel, 32 KiB, stays in L1
-      // while the A panels stream from L2); B blocks of 512 x 1536 (1.5 MiB) within a 2 MiB L2
-      const gemm_kernel<float, std::uint32_t> kern{nullptr, {32, 32, 256, 512, 1536}, &amx_bf16_chain_kernel, &amx_bf16_begin};
+      // 32 x 32 blocks of C; K blocks of up to 1024 and B blocks of 1024 x 1024 (2 MiB, an L2).
+      // Between K blocks every C block's raw sums go out to C and come back (from L3 once C
+      // outgrows L2), so fewer, longer K blocks pay: on an Emerald Rapids core 1024 x 1024 ran
+      // 1.1-1.2x faster than 512 x 1536 at 1024^3 and 2048^3 (docs/benchmarks.md); the sums do
+      // not depend on the blocking.
+      const gemm_kernel<float, std::uint32_t> kern{nullptr, {32, 32, 256, 1024, 1024}, &amx_bf16_chain_kernel, &amx_bf16_begin};
       if (beta == 0.0f) {
         gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, 0.0f, c, rsc, csc, threads);
         return;
