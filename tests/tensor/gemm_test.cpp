@@ -713,6 +713,26 @@ TEST(GemmAmx, TheGemmComputesTheModelBitForBit) {
   expect_bf16_dot_model_cases(true);
 }
 
+TEST(GemmAmx, BetaIntoATransposedCAsIntoADenseOne) {
+  // beta != 0: the sums wait in a workspace and are added into C in vectors where C's rows
+  // are dense, one entry at a time where they are not; both are the same fused multiply-add
+  if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
+  const isa_cap cap(gemm_isa::amx_bf16);
+  const index_t m = 37, k = 300, n = 45;
+  Tensor<bfloat16> a({m, k}), b({k, n});
+  fill_uniform(a, -1, 1, 3);
+  fill_uniform(b, -1, 1, 4);
+  const auto c0 = random_tensor<float>({m, n}, -1, 1, 6);
+  auto dense = c0;
+  Tensor<float> store({n, m});
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) store(j, i) = c0(i, j);
+  gemm<float>(-0.75f, a, b, 0.3f, dense, 1);
+  gemm<float>(-0.75f, a, b, 0.3f, store.transpose(), 1);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) ASSERT_TRUE(same_bits(dense(i, j), store(j, i))) << "C(" << i << "," << j << ")";
+}
+
 TEST(GemmAmx, WithinTheFp32AccumulationBound) {
   if (gemm_isa_available() < gemm_isa::amx_bf16) GTEST_SKIP() << no_amx;
   const isa_cap cap(gemm_isa::amx_bf16);

@@ -629,11 +629,7 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
       // workspace: S first, then C = beta C + alpha S, one rounding (as the kernels' epilogue)
       auto* w = scratch<float, 3>(static_cast<std::size_t>(m * n));
       gemm_packed(kern, m, n, k, 1.0f, a, rsa, csa, b, rsb, csb, 0.0f, w, n, index_t{1}, threads);
-      for (index_t i = 0; i < m; ++i)
-        for (index_t j = 0; j < n; ++j) {
-          float& cij = c[i * rsc + j * csc];
-          cij = std::fma(beta, cij, alpha * w[i * n + j]);
-        }
+      amx_bf16_add_into(m, n, alpha, w, beta, c, rsc, csc);
       return;
     }
     if (isa >= gemm_isa::avx512_bf16) {

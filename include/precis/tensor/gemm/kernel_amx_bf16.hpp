@@ -216,6 +216,28 @@ PRECIS_TARGET_AMX_BF16 inline void amx_bf16_chain_kernel(index_t d, const std::u
     for (index_t j = 0; j < nr; ++j) c[i * rs_c + j * cs_c] = scale ? alpha * buf[i * 32 + j] : buf[i * 32 + j];
 }
 
+/// C = fma(beta, C, alpha * S) for an m x n C of any strides and S dense (n apart): how the AMX
+/// GEMM adds its sums, kept in a workspace, into a C it must not pass them through (beta != 0).
+/// Each entry is one fused multiply-add of beta C and the rounded alpha S, in vectors of 16
+/// where C's rows are dense (masked forms: see all16 in convert_x86.hpp).
+PRECIS_TARGET_AMX_BF16 inline void amx_bf16_add_into(index_t m, index_t n, float alpha, const float* s, float beta,
+                                                     float* c, index_t rs_c, index_t cs_c) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (index_t i = 0; i < m; ++i) {
+    const float* si = s + i * n;
+    float* ci = c + i * rs_c;
+    if (cs_c == 1) {
+      for (index_t j = 0; j < n; j += 16) {
+        const auto k = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+        const __m512 x = _mm512_maskz_mul_ps(k, va, _mm512_maskz_loadu_ps(k, si + j));
+        _mm512_mask_storeu_ps(ci + j, k, _mm512_maskz_fmadd_ps(k, vb, _mm512_maskz_loadu_ps(k, ci + j), x));
+      }
+    } else {
+      for (index_t j = 0; j < n; ++j) ci[j * cs_c] = __builtin_fmaf(beta, ci[j * cs_c], alpha * si[j]);
+    }
+  }
+}
+
 }  // namespace precis::detail
 
 #endif  // PRECIS_X86_SIMD
