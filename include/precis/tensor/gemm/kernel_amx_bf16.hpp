@@ -76,6 +76,42 @@ inline bool cpu_has_amx_bf16() {
   return ok;
 }
 
+/// pack_a_amx for column-major A (a transposed view, rows dense for each k; element (r, k) at
+/// a[r + k * cs]), the weight gradients' X^T: for 16 rows at a time, the runs of k and k + 1
+/// are read densely, joined into pairs and scattered to the 16 rows, instead of reading every
+/// element from another cache line. The same layout as pack_a_amx.
+PRECIS_TARGET_AVX512_BF16 inline void pack_a_amx_columns(const std::uint16_t* a, index_t cs, index_t mc, index_t kc,
+                                                          index_t mr, std::uint32_t* dst) {
+  const index_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16, even = kc / 2;
+  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(static_cast<int>(kp16)));
+  for (index_t r0 = 0; r0 < mc; r0 += 16) {
+    const index_t n = std::min<index_t>(16, mc - r0);
+    const auto m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1u);
+    std::uint32_t* base = dst + r0 * kp16;
+    const std::uint16_t* x = a + r0;
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-conversion"  // GCC's -O0 macro passes the mask as a short
+#endif
+    for (index_t q = 0; q < even; ++q) {
+      const __m512i lo = bf16_widen_masked(m, x + 2 * q * cs);
+      const __m512i hi = _mm512_maskz_slli_epi32(all16, bf16_widen_masked(m, x + (2 * q + 1) * cs), 16);
+      _mm512_mask_i32scatter_epi32(base + q, m, rows, _mm512_or_si512(lo, hi), 4);
+    }
+    if (kp > even) _mm512_mask_i32scatter_epi32(base + even, m, rows, bf16_widen_masked(m, x + (kc - 1) * cs), 4);
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+  }
+  // past the last pair, -0 in both halves; rows past mc, +0
+  for (index_t r = 0; r < (mc + mr - 1) / mr * mr; ++r) {
+    std::uint32_t* row = dst + r * kp16;
+    if (r < mc) std::fill(row + kp, row + kp16, 0x80008000u);
+    else std::fill(row, row + kp16, 0u);
+  }
+}
+
 /// Packs rows [0, mc) x cols [0, kc) of bf16 A (row stride rs, column stride cs) into mr-row
 /// panels, each row kp16 pair dwords long (kp16: ceil(kc / 2) rounded up to 16) with element k
 /// in the low half: row-major bf16 along k, the layout a tile of A loads. An odd kc's last pair
@@ -86,6 +122,10 @@ inline void pack_a_amx(const bfloat16* a_, index_t rs, index_t cs, index_t mc, i
                        std::uint32_t* dst) {
   const std::uint16_t* a = bf16_bits(a_);
   const index_t kp16 = ((kc + 1) / 2 + 15) / 16 * 16;
+  if (rs == 1 && cs != 1) {
+    pack_a_amx_columns(a, cs, mc, kc, mr, dst);
+    return;
+  }
   for (index_t r = 0; r < (mc + mr - 1) / mr * mr; ++r) {
     std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst + r * kp16);
     index_t k = 0;
