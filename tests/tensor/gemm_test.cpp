@@ -114,6 +114,32 @@ TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
   }
 }
 
+// The packers' interleave, against the loop that defines it: every width the tiles use (whole
+// panels take an unrolled path of their own) and odd ones, partial panels (zero padding),
+// k not a multiple of 4, rows further apart than k; any bit pattern (NaN payloads too) moves
+// unchanged.
+TEST(GemmPacking, SpreadRowsIsTheInterleaveBitForBit) {
+  std::mt19937 rng(7);
+  for (const index_t width : {1, 2, 3, 5, 6, 7, 8, 12, 16, 32}) {
+    for (const index_t rows : {width, width - 1, index_t{1}}) {
+      if (rows < 1) continue;
+      for (const index_t kc : {1, 3, 4, 7, 64, 65}) {
+        const index_t xs = kc + 3;
+        std::vector<std::uint32_t> x(static_cast<std::size_t>(rows * xs));
+        for (auto& v : x) v = static_cast<std::uint32_t>(rng());
+        std::vector<std::uint32_t> panel(static_cast<std::size_t>(kc * width), 0xDEADBEEFu);
+        detail::spread_rows_32(x.data(), xs, rows, kc, panel.data(), width);
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t r = 0; r < width; ++r) {
+            const std::uint32_t want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : 0u;
+            ASSERT_EQ(panel[static_cast<std::size_t>(p * width + r)], want)
+                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p << ", row " << r;
+          }
+      }
+    }
+  }
+}
+
 TEST(GemmSemantics, BetaZeroIgnoresNaNAndEmptyK) {
   Tensor<float> a({3, 0}), b({0, 4}), c({3, 4});
   for (float& x : c) x = std::nanf("");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <utility>
 
 #include "precis/config.hpp"
 #include "precis/tensor/shape.hpp"
@@ -13,12 +14,51 @@
 
 namespace precis::detail {
 
+#if PRECIS_X86_SIMD
+/// spread_rows_32 for a whole panel of R rows (R = width, even, a compile-time constant): the
+/// same register transposes with the loops over the rows unrolled, four rows at a time and then
+/// a pair. At the AVX2 tile's 6 rows the general loop, with its loops over the rows and its
+/// padding checks every four k, took twice as long (docs/benchmarks.md).
+template <index_t R>
+inline void spread_panel_32(const unsigned char* x, index_t xs, index_t kc, unsigned char* panel) {
+  static_assert(R % 2 == 0);
+  const auto at = [&](index_t r, index_t p) { return _mm_loadu_ps(reinterpret_cast<const float*>(x + 4 * (r * xs + p))); };
+  const auto out = [&](index_t i) { return reinterpret_cast<float*>(panel + 4 * i); };
+  index_t p = 0;
+  for (; p + 4 <= kc; p += 4) {
+    const index_t d = p * R;
+    const auto four = [&](index_t r) {
+      __m128 r0 = at(r, p), r1 = at(r + 1, p), r2 = at(r + 2, p), r3 = at(r + 3, p);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_storeu_ps(out(d + r), r0);
+      _mm_storeu_ps(out(d + R + r), r1);
+      _mm_storeu_ps(out(d + 2 * R + r), r2);
+      _mm_storeu_ps(out(d + 3 * R + r), r3);
+    };
+    [&]<index_t... G>(std::integer_sequence<index_t, G...>) { (four(4 * G), ...); }(std::make_integer_sequence<index_t, R / 4>{});
+    if constexpr (R % 4 == 2) {
+      constexpr index_t r = R - 2;
+      const __m128 r0 = at(r, p), r1 = at(r + 1, p);
+      const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);  // (k0 k0' k1 k1'), (k2 ...)
+      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + r)), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + R + r)), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + 2 * R + r)), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + 3 * R + r)), hi);
+    }
+  }
+  for (; p < kc; ++p)
+    for (index_t r = 0; r < R; ++r) std::memcpy(panel + 4 * (p * R + r), x + 4 * (r * xs + p), 4);
+}
+#endif
+
 /// panel[p * width + r] = x[r * xs + p] for r < rows, p < kc, and 0 for rows <= r < width, over
 /// 32-bit elements (x and panel in units of 4 bytes, any alignment): rows dense along k, xs
 /// apart, interleaved by k into a panel `width` wide (width >= rows; the padding rows of a
 /// partial panel are zeros). Rows go four at a time through a 4 x 4 register transpose (four
 /// 16-byte stores per 16 values instead of sixteen scalar ones), then two at a time and one at
-/// a time; k's last kc % 4 values one by one. Data movement only: every bit pattern is kept.
+/// a time; k's last kc % 4 values one by one. A whole panel of the widths the GEMM's tiles use
+/// (6, 12, 16 and 32) takes spread_panel_32, the same moves unrolled. Data movement only:
+/// every bit pattern is kept.
 inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc, void* panel_, index_t width) {
   const auto* x = static_cast<const unsigned char*>(x_);
   auto* panel = static_cast<unsigned char*>(panel_);
@@ -27,6 +67,15 @@ inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc,
     if (rows < width) std::memset(panel + 4 * (p * width + rows), 0, static_cast<std::size_t>(4 * (width - rows)));
   };
 #if PRECIS_X86_SIMD
+  if (rows == width) {
+    switch (width) {
+      case 6: return spread_panel_32<6>(x, xs, kc, panel);
+      case 12: return spread_panel_32<12>(x, xs, kc, panel);
+      case 16: return spread_panel_32<16>(x, xs, kc, panel);
+      case 32: return spread_panel_32<32>(x, xs, kc, panel);
+      default: break;
+    }
+  }
   const auto at = [&](index_t i) { return reinterpret_cast<const float*>(x + 4 * i); };
   const auto out = [&](index_t i) { return reinterpret_cast<float*>(panel + 4 * i); };
   index_t p = 0;
