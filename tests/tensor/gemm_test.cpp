@@ -141,25 +141,27 @@ TEST(GemmPacking, SpreadRowsIsTheInterleaveBitForBit) {
 }
 
 // pack_a's panels do not depend on how A lies: a column-major A (a transposed view; whole
-// panels take fixed-size copies of each k's run) packs into the same panels as the same values
-// row-major, for the tiles' heights and others, with a partial last panel.
-template <class T>
+// panels take fixed-size copies of each k's run, converted first when A is another format than
+// Acc) packs into the same panels as the same values row-major, for the tiles' heights and
+// others, with a partial last panel.
+template <class Acc, class S>
 void expect_column_major_packs_as_row_major() {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> u(-1, 1);
   for (const index_t mr : {4, 5, 6, 12}) {
     for (const index_t mc : {mr, 3 * mr + 1}) {
       const index_t kc = 37, padded = (mc + mr - 1) / mr * mr;
-      std::vector<T> rm(static_cast<std::size_t>(mc * kc)), cm(rm.size());
+      std::vector<S> rm(static_cast<std::size_t>(mc * kc)), cm(rm.size());
       for (index_t i = 0; i < mc; ++i)
         for (index_t p = 0; p < kc; ++p) {
-          const T v = T(u(rng));
+          const S v = S(u(rng));
           rm[static_cast<std::size_t>(i * kc + p)] = v;
           cm[static_cast<std::size_t>(p * mc + i)] = v;
         }
-      std::vector<T> from_rm(static_cast<std::size_t>(padded * kc)), from_cm(from_rm.size()), row(static_cast<std::size_t>((mc + mr) * kc));
-      detail::pack_a<T>(rm.data(), kc, index_t{1}, mc, kc, mr, from_rm.data(), row.data());
-      detail::pack_a<T>(cm.data(), index_t{1}, mc, mc, kc, mr, from_cm.data(), row.data());
+      std::vector<Acc> from_rm(static_cast<std::size_t>(padded * kc)), from_cm(from_rm.size()),
+          row(static_cast<std::size_t>((mc + mr) * kc));
+      detail::pack_a<Acc>(rm.data(), kc, index_t{1}, mc, kc, mr, from_rm.data(), row.data());
+      detail::pack_a<Acc>(cm.data(), index_t{1}, mc, mc, kc, mr, from_cm.data(), row.data());
       for (std::size_t e = 0; e < from_rm.size(); ++e)
         ASSERT_EQ(from_cm[e], from_rm[e]) << "mr " << mr << ", mc " << mc << ", element " << e;
     }
@@ -167,8 +169,10 @@ void expect_column_major_packs_as_row_major() {
 }
 
 TEST(GemmPacking, ColumnMajorAPacksAsRowMajor) {
-  expect_column_major_packs_as_row_major<float>();
-  expect_column_major_packs_as_row_major<double>();
+  expect_column_major_packs_as_row_major<float, float>();
+  expect_column_major_packs_as_row_major<double, double>();
+  expect_column_major_packs_as_row_major<float, bfloat16>();
+  expect_column_major_packs_as_row_major<float, half>();
 }
 
 TEST(GemmSemantics, BetaZeroIgnoresNaNAndEmptyK) {

@@ -200,27 +200,30 @@ void spread_runs(const S* x, index_t stride, index_t lines, index_t kc, float* p
   }
 }
 
-/// dst[p * R + r] = x[p * cs + r] for p < kc, r < R, for R = mr among the tiles' heights (6
-/// and 12; 4 for the portable tile): each k's run copied with a size the compiler knows, so it
-/// is a few vector moves rather than a loop. Returns false for any other mr, and for types that
-/// are not trivially copyable (Boost.Multiprecision's).
-template <class T>
-bool copy_runs_fixed(const T* x, index_t cs, index_t kc, index_t mr, T* dst) {
+/// f(std::integral_constant<index_t, R>{}) with R = mr when mr is one of the tiles' heights (6
+/// and 12; 4 for the portable tile) and T is trivially copyable, so that f can copy runs of mr
+/// values with a size the compiler knows (a few vector moves rather than a loop: element by
+/// element, a column-major A took 3 cycles a value to pack on a Zen 3 core); false otherwise
+/// (Boost.Multiprecision types, other heights), and f is not called.
+template <class T, class F>
+bool with_fixed_height(index_t mr, F&& f) {
   if constexpr (std::is_trivially_copyable_v<T>) {
-    const auto runs = [&]<index_t R>(std::integral_constant<index_t, R>) {
-      for (index_t p = 0; p < kc; ++p) std::memcpy(static_cast<void*>(dst + p * R), static_cast<const void*>(x + p * cs), static_cast<std::size_t>(R) * sizeof(T));
-      return true;
-    };
     switch (mr) {
-      case 4: return runs(std::integral_constant<index_t, 4>{});
-      case 6: return runs(std::integral_constant<index_t, 6>{});
-      case 12: return runs(std::integral_constant<index_t, 12>{});
+      case 4: f(std::integral_constant<index_t, 4>{}); return true;
+      case 6: f(std::integral_constant<index_t, 6>{}); return true;
+      case 12: f(std::integral_constant<index_t, 12>{}); return true;
       default: return false;
     }
   } else {
-    (void)x, (void)cs, (void)kc, (void)mr, (void)dst;
+    (void)mr, (void)f;
     return false;
   }
+}
+
+/// Copies R values of T from x to dst (with_fixed_height's R).
+template <class T, index_t R>
+void copy_fixed(const T* x, T* dst, std::integral_constant<index_t, R>) {
+  std::memcpy(static_cast<void*>(dst), static_cast<const void*>(x), static_cast<std::size_t>(R) * sizeof(T));
 }
 
 /// Packs rows [0, mc) x cols [0, kc) of A (row stride rs, column stride cs) into mr-row
@@ -250,8 +253,12 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
       }
     } else if constexpr (std::is_same_v<S, Acc>) {
       // column-major A (a transposed view): each k gives mr adjacent values, a whole panel's
-      // as one copy of a fixed size (element by element, 3 cycles a value on a Zen 3 core)
-      if (rows == mr && copy_runs_fixed(a + i0, cs, kc, mr, panel)) continue;
+      // as one copy of a fixed size
+      if (rows == mr && with_fixed_height<Acc>(mr, [&](auto height) {
+            for (index_t p = 0; p < kc; ++p) copy_fixed(a + i0 + p * cs, panel + p * mr, height);
+          })) {
+        continue;
+      }
       for (index_t p = 0; p < kc; ++p) {
         const Acc* x = load_run<Acc>(a + i0 + p * cs, rows, 1, row);
         for (index_t r = 0; r < mr; ++r) panel[p * mr + r] = r < rows ? x[r] : Acc(0);
@@ -259,9 +266,15 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
     } else {
       // column-major A of another format: convert each k's whole run of mc values at once
       // (one vectorized conversion instead of one per panel), then spread it over the panels
+      // (whole panels by fixed-size copies where mr allows)
+      const index_t whole = mc / mr * mr;
       for (index_t p = 0; p < kc; ++p) {
         const Acc* x = load_run<Acc>(a + p * cs, mc, 1, row);
-        for (index_t j0 = 0; j0 < mc; j0 += mr) {
+        index_t j0 = 0;
+        with_fixed_height<Acc>(mr, [&](auto height) {
+          for (; j0 < whole; j0 += mr) copy_fixed(x + j0, dst + j0 * kc + p * mr, height);
+        });
+        for (; j0 < mc; j0 += mr) {
           const index_t n = std::min(mr, mc - j0);
           Acc* d = dst + j0 * kc + p * mr;
           for (index_t r = 0; r < n; ++r) d[r] = x[j0 + r];
