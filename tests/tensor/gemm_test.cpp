@@ -168,6 +168,42 @@ void expect_column_major_packs_as_row_major() {
   }
 }
 
+// pack_b's panels likewise: B row-major (whole panels by fixed-size copies of each k's run)
+// and column-major pack alike, for the tiles' widths and others, a ragged last panel, and a
+// thread's share of the panels (p0 > 0).
+template <class Acc, class S>
+void expect_row_major_b_packs_as_column_major() {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (const index_t nr : {4, 5, 8, 16, 32}) {
+    for (const index_t nc : {nr, 3 * nr + 2}) {
+      const index_t kc = 23, panels = (nc + nr - 1) / nr;
+      std::vector<S> rm(static_cast<std::size_t>(kc * nc)), cm(rm.size());
+      for (index_t p = 0; p < kc; ++p)
+        for (index_t j = 0; j < nc; ++j) {
+          const S v = S(u(rng));
+          rm[static_cast<std::size_t>(p * nc + j)] = v;
+          cm[static_cast<std::size_t>(j * kc + p)] = v;
+        }
+      for (const index_t p0 : {index_t{0}, panels - 1}) {
+        std::vector<Acc> from_rm(static_cast<std::size_t>(panels * nr * kc), Acc(7)), from_cm(from_rm.size(), Acc(7)),
+            row(static_cast<std::size_t>((nc + nr) * kc));
+        detail::pack_b<Acc>(rm.data(), nc, index_t{1}, kc, nc, nr, from_rm.data(), p0, panels, row.data());
+        detail::pack_b<Acc>(cm.data(), index_t{1}, kc, kc, nc, nr, from_cm.data(), p0, panels, row.data());
+        for (std::size_t e = 0; e < from_rm.size(); ++e)
+          ASSERT_EQ(from_rm[e], from_cm[e]) << "nr " << nr << ", nc " << nc << ", p0 " << p0 << ", element " << e;
+      }
+    }
+  }
+}
+
+TEST(GemmPacking, RowMajorBPacksAsColumnMajor) {
+  expect_row_major_b_packs_as_column_major<float, float>();
+  expect_row_major_b_packs_as_column_major<double, double>();
+  expect_row_major_b_packs_as_column_major<float, bfloat16>();
+  expect_row_major_b_packs_as_column_major<float, half>();
+}
+
 TEST(GemmPacking, ColumnMajorAPacksAsRowMajor) {
   expect_column_major_packs_as_row_major<float, float>();
   expect_column_major_packs_as_row_major<double, double>();

@@ -200,27 +200,30 @@ void spread_runs(const S* x, index_t stride, index_t lines, index_t kc, float* p
   }
 }
 
-/// f(std::integral_constant<index_t, R>{}) with R = mr when mr is one of the tiles' heights (6
-/// and 12; 4 for the portable tile) and T is trivially copyable, so that f can copy runs of mr
-/// values with a size the compiler knows (a few vector moves rather than a loop: element by
-/// element, a column-major A took 3 cycles a value to pack on a Zen 3 core); false otherwise
-/// (Boost.Multiprecision types, other heights), and f is not called.
+/// f(std::integral_constant<index_t, R>{}) with R = n when n is one of the tiles' heights or
+/// widths (4, 6, 8, 12, 16, 32) and T is trivially copyable, so that f can copy runs of n values
+/// with a size the compiler knows (a few vector moves rather than a loop: element by element, a
+/// column-major A took 3 cycles a value to pack on a Zen 3 core); false otherwise
+/// (Boost.Multiprecision types, other lengths), and f is not called.
 template <class T, class F>
-bool with_fixed_height(index_t mr, F&& f) {
+bool with_fixed_length(index_t n, F&& f) {
   if constexpr (std::is_trivially_copyable_v<T>) {
-    switch (mr) {
+    switch (n) {
       case 4: f(std::integral_constant<index_t, 4>{}); return true;
       case 6: f(std::integral_constant<index_t, 6>{}); return true;
+      case 8: f(std::integral_constant<index_t, 8>{}); return true;
       case 12: f(std::integral_constant<index_t, 12>{}); return true;
+      case 16: f(std::integral_constant<index_t, 16>{}); return true;
+      case 32: f(std::integral_constant<index_t, 32>{}); return true;
       default: return false;
     }
   } else {
-    (void)mr, (void)f;
+    (void)n, (void)f;
     return false;
   }
 }
 
-/// Copies R values of T from x to dst (with_fixed_height's R).
+/// Copies R values of T from x to dst (with_fixed_length's R).
 template <class T, index_t R>
 void copy_fixed(const T* x, T* dst, std::integral_constant<index_t, R>) {
   std::memcpy(static_cast<void*>(dst), static_cast<const void*>(x), static_cast<std::size_t>(R) * sizeof(T));
@@ -254,7 +257,7 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
     } else if constexpr (std::is_same_v<S, Acc>) {
       // column-major A (a transposed view): each k gives mr adjacent values, a whole panel's
       // as one copy of a fixed size
-      if (rows == mr && with_fixed_height<Acc>(mr, [&](auto height) {
+      if (rows == mr && with_fixed_length<Acc>(mr, [&](auto height) {
             for (index_t p = 0; p < kc; ++p) copy_fixed(a + i0 + p * cs, panel + p * mr, height);
           })) {
         continue;
@@ -271,7 +274,7 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
       for (index_t p = 0; p < kc; ++p) {
         const Acc* x = load_run<Acc>(a + p * cs, mc, 1, row);
         index_t j0 = 0;
-        with_fixed_height<Acc>(mr, [&](auto height) {
+        with_fixed_length<Acc>(mr, [&](auto height) {
           for (; j0 < whole; j0 += mr) copy_fixed(x + j0, dst + j0 * kc + p * mr, height);
         });
         for (; j0 < mc; j0 += mr) {
@@ -295,10 +298,15 @@ void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t 
   if (p0 >= p1) return;
   if (cs == 1 || rs != 1) {
     // one conversion per row of B over all of this thread's panels, then spread into them
-    const index_t j_begin = p0 * nr, j_end = std::min(p1 * nr, nc);
+    // (whole panels by fixed-size copies where nr allows)
+    const index_t j_begin = p0 * nr, j_end = std::min(p1 * nr, nc), whole_end = std::min(p1, nc / nr);
     for (index_t p = 0; p < kc; ++p) {
       const Acc* x = load_run<Acc>(b + p * rs + j_begin * cs, j_end - j_begin, cs, row);
-      for (index_t pj = p0; pj < p1; ++pj) {
+      index_t pj = p0;
+      with_fixed_length<Acc>(nr, [&](auto width) {
+        for (; pj < whole_end; ++pj) copy_fixed(x + (pj * nr - j_begin), dst + pj * nr * kc + p * nr, width);
+      });
+      for (; pj < p1; ++pj) {
         const index_t j0 = pj * nr;
         const index_t cols = std::min(nr, nc - j0);
         Acc* dst_row = dst + j0 * kc + p * nr;
