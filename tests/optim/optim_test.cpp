@@ -10,6 +10,8 @@
 #include <limits>
 #include <precis/optim/all.hpp>
 #include <precis/precis.hpp>
+#include <random>
+#include <string>
 #include <vector>
 
 using namespace precis;
@@ -296,6 +298,76 @@ TEST(MixedPrecision, ClippingAndAccumulation) {
 }  // namespace
 
 namespace {
+
+/// Parameters of 5100, 4099 and 3 elements, their values and gradients drawn once.
+template <class P>
+struct three_params : nn::Module<P> {
+  std::vector<typename nn::Module<P>::parameter*> ps;
+  three_params() {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::normal_distribution<float> nd(0.0f, 1e-2f);
+    for (const index_t n : {index_t{5100}, index_t{4099}, index_t{3}}) {
+      auto& p = this->register_parameter("p" + std::to_string(ps.size()), Shape{n});
+      for (auto& x : p.value) x = detail::store<typename P::param_type>(u(rng));
+      for (auto& g : p.grad) g = detail::store<grad_storage_t<P, typename P::param_type>>(nd(rng));
+      ps.push_back(&p);
+    }
+  }
+};
+
+/// AdamW under a "-true" policy: 16-bit parameters and 16-bit state, no masters, the update
+/// computed in fp32 over chunks converted in bulk (the vector conversion kernels where the CPU
+/// has them, whole vectors and padded tails, and the vector Adam kernel beside the scalar rule).
+/// A step with an infinite gradient changes no bit; the first applied step from zero state is
+/// AdamW's, w (1 - lr wd) - lr g / (|g| + eps) (m-hat = g and v-hat = g^2 at t = 1), evaluated
+/// in double: each weight within the rounding to the parameter's format, u |w| (plus half its
+/// smallest subnormal), plus the fp32 evaluation, gamma_8(2^-24) (|w0| + 2 lr), of it.
+template <class P>
+void adamw_first_step_in_16_bits() {
+  using S = typename P::param_type;
+  using G = grad_storage_t<P, S>;
+  three_params<P> m;
+  std::vector<std::vector<S>> w0;
+  std::vector<std::vector<G>> g0;
+  for (auto* p : m.ps) {
+    w0.emplace_back(p->value.begin(), p->value.end());
+    g0.emplace_back(p->grad.begin(), p->grad.end());
+  }
+  optim::AdamW r;
+  r.lr = 1e-2;  // each weight moves by several ulps: a weight left unmoved fails
+  optim::MixedPrecisionOptimizer opt(m, r, optim::NoLossScaler{});
+  const G keep = m.ps[2]->grad.data()[1];
+  m.ps[2]->grad.data()[1] = detail::store<G>(std::numeric_limits<float>::infinity());
+  ASSERT_FALSE(opt.step());
+  for (std::size_t i = 0; i < m.ps.size(); ++i) {
+    for (std::size_t k = 0; k < w0[i].size(); ++k) {
+      ASSERT_EQ(detail::load<float>(m.ps[i]->value.data()[k]), detail::load<float>(w0[i][k])) << "a skipped step moved p" << i << "[" << k << "]";
+    }
+  }
+  m.ps[2]->grad.data()[1] = keep;
+  ASSERT_TRUE(opt.step());
+  const double u = format_traits<S>::unit_roundoff(), tiny = std::ldexp(format_traits<S>::min_subnormal(), -1);
+  const double uf = std::ldexp(1.0, -24), g8 = 8 * uf / (1 - 8 * uf);
+  for (std::size_t i = 0; i < m.ps.size(); ++i) {
+    int bad = 0;
+    for (std::size_t k = 0; k < w0[i].size(); ++k) {
+      const double w = detail::load<double>(w0[i][k]), g = detail::load<double>(g0[i][k]);
+      const double exact = w * (1 - r.lr * r.weight_decay) - r.lr * g / (std::fabs(g) + r.eps);
+      const double got = detail::load<double>(m.ps[i]->value.data()[k]);
+      const double tol = u * std::fabs(got) + tiny + g8 * (std::fabs(w) + 2 * r.lr);
+      if (!(std::fabs(got - exact) <= tol)) {
+        if (++bad <= 3) ADD_FAILURE() << "p" << i << "[" << k << "]: " << got << ", AdamW's first step gives " << exact << " (bound " << tol << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0) << "p" << i << " (" << w0[i].size() << " weights)";
+  }
+}
+
+TEST(MixedPrecision, AdamWFirstStepWith16BitStateIsAdamWs) {
+  adamw_first_step_in_16_bits<pol::named<"16-true">>();
+  adamw_first_step_in_16_bits<pol::named<"bf16-true">>();
+}
 
 TEST(MixedPrecision, AdamThroughTheWrapperMatchesTheRule) {
   // 32-true: no masters, no scaling; the wrapper's vectorized pass against Adam::update applied
