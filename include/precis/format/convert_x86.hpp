@@ -65,30 +65,29 @@ inline std::uint64_t xcr0() {
   return (std::uint64_t{hi} << 32) | lo;
 }
 
-/// AVX2 and F16C present and their registers enabled by the OS (CPUID + XGETBV; Clang 14's
-/// __builtin_cpu_supports does not know "f16c"), and the PRECIS_ISA cap at avx2 or above.
-inline bool cpu_has_avx2_f16c() {
-  static const bool ok = [] {
-    if (isa_cap() < 1) return false;
+/// The highest level this process's CPU and OS support, whatever PRECIS_ISA says: 2 where
+/// AVX-512F is usable (with AVX2, F16C and FMA; the OS saves the opmask and zmm state, XCR0 bits
+/// 5-7), 1 where AVX2 and F16C are (the OS saves the ymm state), 0 otherwise. (CPUID + XGETBV;
+/// Clang 14's __builtin_cpu_supports does not know "f16c".) Every AVX-512 feature precis uses
+/// (AVX512-BF16, AVX512-FP16, AMX) is asked for at level 2 only.
+inline int cpu_isa_level() {
+  static const int level = [] {
     const unsigned c = cpuid(1)[2];
-    const bool f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u, osxsave = (c >> 27) & 1u;
-    if (!(f16c && avx && osxsave)) return false;
-    if ((xcr0() & 0x6u) != 0x6u) return false;  // XMM and YMM state saved by the OS
-    return ((cpuid(7)[1] >> 5) & 1u) != 0;      // AVX2
+    const bool fma = (c >> 12) & 1u, f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u, osxsave = (c >> 27) & 1u;
+    if (!(f16c && avx && osxsave)) return 0;
+    if ((xcr0() & 0x6u) != 0x6u) return 0;                  // XMM and YMM state saved by the OS
+    if (((cpuid(7)[1] >> 5) & 1u) == 0) return 0;           // AVX2
+    if (!fma || ((cpuid(7)[1] >> 16) & 1u) == 0) return 1;  // AVX-512F
+    return (xcr0() & 0xE6u) == 0xE6u ? 2 : 1;               // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
   }();
-  return ok;
+  return level;
 }
 
-/// AVX-512F usable (with AVX2, F16C and FMA): the CPU has it and the OS saves the opmask and zmm
-/// state (XCR0 bits 5-7), and PRECIS_ISA does not cap it.
-inline bool cpu_has_avx512f() {
-  static const bool ok = [] {
-    if (isa_cap() < 2 || !cpu_has_avx2_f16c() || ((cpuid(1)[2] >> 12) & 1u) == 0) return false;  // FMA
-    if (((cpuid(7)[1] >> 16) & 1u) == 0) return false;
-    return (xcr0() & 0xE6u) == 0xE6u;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
-  }();
-  return ok;
-}
+/// AVX2 and F16C usable, and the PRECIS_ISA cap at avx2 or above.
+inline bool cpu_has_avx2_f16c() { return isa_cap() >= 1 && cpu_isa_level() >= 1; }
+
+/// AVX-512F usable (with AVX2, F16C and FMA), and PRECIS_ISA does not cap it.
+inline bool cpu_has_avx512f() { return isa_cap() >= 2 && cpu_isa_level() >= 2; }
 
 /// AVX512-BF16 usable: AVX-512F usable, AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits
 /// 30 and 31; every CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.

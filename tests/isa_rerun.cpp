@@ -1,0 +1,44 @@
+// ctest runs format_tests and tensor_tests a second and third time with PRECIS_ISA=avx2 and
+// PRECIS_ISA=portable, so that a machine with AVX-512 also runs the AVX2 paths and one with AVX2
+// the portable ones. Where the cap removes nothing (PRECIS_ISA=avx2 on a CPU without AVX-512),
+// the rerun would take the same paths as the run without the cap, test for test: this skips it,
+// saying why (ctest reports it as skipped by that message).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "precis/config.hpp"
+#if PRECIS_X86_SIMD
+#include "precis/format/convert_x86.hpp"
+#endif
+
+namespace {
+
+class IsaRerun : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* e = std::getenv("PRECIS_ISA");
+    if (e == nullptr) return;
+    const std::string cap(e);
+    // other values (all, or a bad one, whose error a test checks) run as they are
+    const int level = cap == "avx2" ? 1 : cap == "portable" ? 0 : -1;
+    if (level >= 0 && machine_level() <= level) {
+      GTEST_SKIP() << "PRECIS_ISA=" << cap << " caps nothing on this machine (its level is " << machine_level()
+                   << "; 2 = AVX-512F, 1 = AVX2, 0 = portable code only): the run without the cap took these paths";
+    }
+  }
+
+ private:
+  static int machine_level() {
+#if PRECIS_X86_SIMD
+    return precis::detail::cpu_isa_level();
+#else
+    return 0;  // not x86, or PRECIS_NO_SIMD: portable code only
+#endif
+  }
+};
+
+const auto* const isa_rerun = ::testing::AddGlobalTestEnvironment(new IsaRerun);
+
+}  // namespace
