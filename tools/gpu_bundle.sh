@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds precis's GPU tests, the CUDA benchmarks, the demo with --device cuda and the CPU tests
+# and benchmarks that belong beside them, on a machine that has nvcc but needs no GPU, and packs
+# the programs into one folder. A machine with a GPU (and its driver) but without a compiler,
+# precis's build dependencies or the time to build, runs them from a checkout of the same commit
+# with that folder in it:
+#
+#   here:  tools/gpu_bundle.sh [--arch LIST] [--data] [--out DIR]
+#   there: bash DIR/run.sh [ctest arguments]        (default: -L gpu --output-on-failure)
+#
+# DIR (default .gpu-bundle, which git ignores) holds run.sh, COMMIT (the commit it was built
+# from) and payload.tar.xz, which run.sh unpacks there: the programs under tree/ at the places a
+# build tree has them, the build tree's CTestTestfile.cmake files (its paths replaced by
+# placeholders that run.sh fills in, so ctest runs the same tests with the same arguments, pass
+# expressions and skip codes as here), and under lib/ the shared libraries the programs need
+# that are not part of every Linux system (Google Benchmark, OpenMP's runtime, the CUDA runtime;
+# not cuBLASLt, which run.sh finds in that machine's CUDA installation). --data adds the
+# Fashion-MNIST files (30 MB) as data/fashion-mnist, for the demo. The build is Release with MPI
+# disabled (build/gpu-bundle), for the architectures in --arch (default 90a; docs/cuda.md).
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+arch=90a
+out=.gpu-bundle
+data=0
+jobs=${JOBS:-2}
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --arch) arch=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --data) data=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "gpu_bundle.sh: unknown argument '$1' (expected --arch LIST, --out DIR or --data)" >&2; exit 2 ;;
+  esac
+done
+case "$out" in
+  /*|..*|*/..*) echo "gpu_bundle.sh: --out '$out': expected a folder inside the checkout, given relative to its root" >&2; exit 2 ;;
+esac
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "gpu_bundle.sh: nvcc not found: the bundle needs the CUDA toolkit here" >&2; exit 1; }
+
+# the programs: every `gpu` test's, the CUDA benchmarks, the demo; optim_tests and bench_gemm
+# for the CPU beside the GPU (its own instruction sets: the kernels are chosen at run time)
+targets=(format_cuda_test device_test gemm_test optim_test elementwise_test backend_test
+         bench_cuda_gemm bench_cuda_optim bench_cuda_train train_fashion_mnist cuda_gemm
+         optim_tests bench_gemm)
+
+build=build/gpu-bundle
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  -DPRECIS_BUILD_BENCHMARKS=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+
+B=$(cd "$build" && pwd)
+rm -rf "$out"
+mkdir -p "$out/stage/tree" "$out/stage/lib"
+O=$(cd "$out/stage" && pwd)
+for t in "${targets[@]}"; do
+  f=$(find "$B" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1)
+  [[ -n "$f" ]] || { echo "gpu_bundle.sh: $t was not built" >&2; exit 1; }
+  rel=${f#"$B"/}
+  mkdir -p "$O/tree/$(dirname "$rel")"
+  cp "$f" "$O/tree/$rel"
+  strip --strip-debug "$O/tree/$rel"
+done
+# ctest's files (and gtest's discovered lists), the build and source paths as placeholders
+while IFS= read -r f; do
+  rel=${f#"$B"/}
+  mkdir -p "$O/tree/$(dirname "$rel")"
+  sed -e "s|$B|@BUNDLE@|g" -e "s|$root|@SOURCE@|g" "$f" >"$O/tree/$rel"
+done < <(find "$B" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) -not -path '*/CMakeFiles/*')
+# shared libraries that are not the C and C++ runtimes every Linux has (nor cuBLAS: large, and
+# part of any CUDA installation)
+for f in $(find "$O/tree" -type f -perm -u+x); do
+  ldd "$f" | awk '$3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
+    linux-vdso*|ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*|libcublas*) ;;
+    *) cp -L "$path" "$O/lib/$name" ;;
+  esac
+done
+if [[ $data -eq 1 ]]; then
+  mkdir -p "$O/data/fashion-mnist"
+  cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$O/data/fashion-mnist/" \
+    || { echo "gpu_bundle.sh: --data: /usr/share/datasets/fashion-mnist not found (Debian's dataset-fashion-mnist)" >&2; exit 1; }
+fi
+{
+  git rev-parse HEAD
+  git diff --quiet HEAD -- || echo "(with uncommitted changes)"
+} >"$out/COMMIT"
+echo "$out" >"$out/PLACE"
+cp tools/gpu_bundle_run.sh "$out/run.sh"
+# one archive: the programs shrink about fourfold (what travels to a machine may be limited)
+tar -C "$O" -cf - . | xz -T "$jobs" -6 >"$out/payload.tar.xz"
+echo "gpu_bundle.sh: $(du -sh "$O" | cut -f1) of programs and files, $(du -sh "$out/payload.tar.xz" | cut -f1) packed, in $out" \
+  "($(head -n 1 "$out/COMMIT"), CUDA architectures $arch)"
+rm -rf "$O"
