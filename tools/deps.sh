@@ -5,7 +5,7 @@
 set -euo pipefail
 
 build_packages=(cmake make g++ libeigen3-dev libboost-dev zlib1g-dev)
-test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin xz-utils)
 demo_packages=("${build_packages[@]}" dataset-fashion-mnist python3 gnuplot-nox)
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
 numerics_packages=("${bench_packages[@]}" gnuplot-nox dataset-fashion-mnist)
