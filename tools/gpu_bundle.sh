@@ -54,7 +54,7 @@ rm -rf "$out"
 mkdir -p "$out/stage/tree" "$out/stage/lib"
 O=$(cd "$out/stage" && pwd)
 for t in "${targets[@]}"; do
-  f=$(find "$B" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1)
+  f=$(find "$B" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*' -print -quit)
   [[ -n "$f" ]] || { echo "gpu_bundle.sh: $t was not built" >&2; exit 1; }
   rel=${f#"$B"/}
   mkdir -p "$O/tree/$(dirname "$rel")"

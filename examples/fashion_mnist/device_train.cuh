@@ -74,7 +74,7 @@ result train_on_device(const request& q, optim::update_rounding how, const Scale
   // fp16 gradients without loss scaling have already lost what underflows: counted against the
   // same step recomputed in fp32 on the host, as the CPU run does
   constexpr bool measure_against_fp32 = std::is_same_v<G, precis::half> && sizeof...(Scaler) == 0 && !P::needs_loss_scaling;
-  Model<pol::named<"32-true">> shadow(st.seed);
+  fp32_shadow<Model, measure_against_fp32> shadow(st.seed);
   progress bar(q.model + " " + q.policy + " (cuda)", q.epochs, false, st.plain_progress);
   double seconds = 0;
   for (int e = 0; e < q.epochs; ++e) {

@@ -289,6 +289,15 @@ std::vector<float> fp32_weight_gradients(nn::Module<P>& net, Shadow& shadow, con
   return g;
 }
 
+/// What a run that measures against fp32 (fp16 gradients without loss scaling) recomputes its
+/// gradients with: the model under 32-true; nothing for the other runs, so that a policy's
+/// translation unit does not compile the 32-true models' constructors for a copy it never uses.
+struct no_fp32_shadow {
+  explicit no_fp32_shadow(std::uint64_t) {}
+};
+template <template <class> class Model, bool Measured>
+using fp32_shadow = std::conditional_t<Measured, Model<pol::named<"32-true">>, no_fp32_shadow>;
+
 template <template <class> class Model, class P, class Scaler>
 result train(const std::string& model, const std::string& name, const data::labelled_images& tr, const data::labelled_images& te, const settings& st,
              const cluster& cl, Scaler scaler, optim::update_rounding how, int epochs) {
@@ -334,7 +343,7 @@ result train(const std::string& model, const std::string& name, const data::labe
   // the same step recomputed in fp32
   constexpr bool measure_against_fp32 =
       std::is_same_v<typename P::grad_type, precis::half> && std::is_same_v<Scaler, optim::NoLossScaler>;
-  Model<pol::named<"32-true">> shadow(st.seed);
+  fp32_shadow<Model, measure_against_fp32> shadow(st.seed);
   progress bar(model + " " + name, epochs, cl.rank != 0, st.plain_progress);
   double seconds = 0;
   for (int e = 0; e < epochs; ++e) {
