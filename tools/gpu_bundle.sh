@@ -15,8 +15,10 @@
 # expressions and skip codes as here), and under lib/ the shared libraries the programs need
 # that are not part of every Linux system (Google Benchmark, OpenMP's runtime, the CUDA runtime;
 # not cuBLASLt, which run.sh finds in that machine's CUDA installation). --data adds the
-# Fashion-MNIST files (30 MB) as data/fashion-mnist, for the demo. The build is Release with MPI
-# disabled (build/gpu-bundle), for the architectures in --arch (default 90a; docs/cuda.md).
+# Fashion-MNIST files (30 MB) as data/fashion-mnist, for the demo. bench_gemm has oneDNN as its
+# baseline where libdnnl-dev is installed here (its library travels then: 6 MB packed). The
+# build is Release with MPI disabled (build/gpu-bundle), for the architectures in --arch
+# (default 90a; docs/cuda.md).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -29,7 +31,7 @@ while [[ $# -gt 0 ]]; do
     --arch) arch=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --data) data=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown argument '$1' (expected --arch LIST, --out DIR or --data)" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +92,8 @@ echo "$out" >"$out/PLACE"
 cp tools/gpu_bundle_run.sh "$out/run.sh"
 # one archive: the programs shrink about fourfold (what travels to a machine may be limited)
 tar -C "$O" -cf - . | xz -T "$jobs" -6 >"$out/payload.tar.xz"
+if ldd "$O/tree/bench/perf/bench_gemm" | grep -q libdnnl; then echo "gpu_bundle.sh: bench_gemm with oneDNN's baseline"
+else echo "gpu_bundle.sh: bench_gemm without oneDNN's baseline (install libdnnl-dev here for it)"; fi
 echo "gpu_bundle.sh: $(du -sh "$O" | cut -f1) of programs and files, $(du -sh "$out/payload.tar.xz" | cut -f1) packed, in $out" \
   "($(head -n 1 "$out/COMMIT"), CUDA architectures $arch)"
 rm -rf "$O"

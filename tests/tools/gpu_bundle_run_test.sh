@@ -7,6 +7,8 @@ set -euo pipefail
 src=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export TMPDIR=$work/tmp  # where run.sh unpacks
+mkdir -p "$TMPDIR"
 
 # the payload: a program that needs a file of the checkout and prints where it ran
 mkdir -p "$work/stage/tree/sub" "$work/stage/lib"
@@ -40,14 +42,19 @@ grep -q "100% tests passed, 0 tests failed out of 1" <<<"$out" || fail "checkout
 grep -q "^bundle: 0123abc" <<<"$out" || fail "checkout a: the commit is not printed: $out"
 # moved to another checkout: unpacked again, paths filled in for that one
 mv "$b" "$work/b/.bundle"
+rm -rf "$work/a"  # paths left from checkout a would now fail
 out=$(bash "$work/b/.bundle/run.sh" 2>&1) || fail "run.sh in checkout b: $out"
 grep -q "100% tests passed, 0 tests failed out of 1" <<<"$out" || fail "checkout b: $out"
 # other ctest arguments replace -L gpu: the unit test's file is missing, so it fails
 out=$(bash "$work/b/.bundle/run.sh" -L unit 2>&1) && fail "run.sh -L unit passed a test whose input is missing: $out"
 grep -q "bundle.other" <<<"$out" || fail "run.sh -L unit did not run bundle.other: $out"
 # sourced: the environment only
-env=$(bash -c "source '$work/b/.bundle/run.sh' && echo \"\$TREE|\$SOURCE\"")
-[[ "$env" == "$work/b/.bundle/tree|$work/b" ]] || fail "sourced run.sh: TREE|SOURCE = $env"
+env=$(bash -c "source '$work/b/.bundle/run.sh' && echo \"\$BUNDLE|\$TREE|\$SOURCE\"")
+[[ "$env" =~ ^$TMPDIR/precis-gpu-bundle-[0-9a-f]{12}\|$TMPDIR/precis-gpu-bundle-[0-9a-f]{12}/tree\|$work/b$ ]] \
+  || fail "sourced run.sh: BUNDLE|TREE|SOURCE = $env"
+# nothing unpacked into the folder that travels
+[[ -z "$(find "$work/b/.bundle" -mindepth 1 -not -name COMMIT -not -name PLACE -not -name run.sh -not -name payload.tar.xz)" ]] \
+  || fail "run.sh wrote into the bundle's folder: $(ls -A "$work/b/.bundle")"
 # outside a checkout: refused with the reason
 mkdir -p "$work/c"
 cp -r "$work/b/.bundle" "$work/c/elsewhere"
