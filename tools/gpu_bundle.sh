@@ -47,7 +47,8 @@ targets=(format_cuda_test device_test gemm_test optim_test elementwise_test back
          optim_tests bench_gemm)
 
 build=build/gpu-bundle
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+# (-U: oneDNN is looked for again each time, not taken from an earlier configure's cache)
+cmake -S . -B "$build" -U 'PRECIS_DNNL_*' -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DPRECIS_BUILD_BENCHMARKS=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
