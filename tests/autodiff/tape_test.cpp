@@ -101,6 +101,63 @@ TEST(Tape, NonScalarNeedsASeedAndASeedGivesTheVectorJacobianProduct) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(g.data()[i], 2 * w.data()[i] * seed.data()[i]);
 }
 
+TEST(Tape, AReshapeThatIsItsInputsOnlyReaderSharesTheGradientBuffer) {
+  // reshape's gradient is its output's in the same row-major order: where the reshape is the
+  // only op reading its input, the input takes the output's gradient buffer (no copy, no
+  // second buffer); where another op reads the input too, each keeps its own gradient
+  auto w = filled<float>({2, 6}, -1, 1, 4);
+  const auto c = filled<float>({3, 4}, -1, 1, 5);
+  Tensor<float> g(Shape{2, 6});
+  {  // p -> h = p * p -> reshape -> * c -> sum: h's only reader is the reshape
+    Tape<P32> t;
+    auto p = t.param(w.view(), g.view());
+    auto h = mul(p, p);
+    auto y = reshape(h, Shape{3, 4});
+    t.backward(sum(mul(y, t.input(c))));
+    EXPECT_EQ(h.grad().data(), y.grad().data());
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_EQ(y.grad().data()[i], c.data()[i]);
+      EXPECT_EQ(h.grad().data()[i], c.data()[i]);
+      EXPECT_EQ(g.data()[i], 2 * w.data()[i] * c.data()[i]);
+    }
+  }
+  for (const bool reader_first : {true, false}) {
+    // h read by the reshape and by an op recorded before it (its gradient added after the
+    // reshape's backward) or after it (before): h's gradient is the sum, y's stays y's own
+    SCOPED_TRACE(reader_first ? "the other reader recorded first" : "the other reader recorded last");
+    Tape<P32> t;
+    std::fill(g.begin(), g.end(), 0.0f);
+    auto p = t.param(w.view(), g.view());
+    auto h = mul(p, p);
+    Var<P32, float> other, y;
+    if (reader_first) other = sum(mul(h, h));
+    y = reshape(h, Shape{3, 4});
+    if (!reader_first) other = sum(mul(h, h));
+    t.backward(add(sum(mul(y, t.input(c))), other));
+    EXPECT_NE(h.grad().data(), y.grad().data());
+    for (int i = 0; i < 12; ++i) {
+      const float hv = w.data()[i] * w.data()[i];
+      EXPECT_EQ(y.grad().data()[i], c.data()[i]) << i;
+      EXPECT_FLOAT_EQ(h.grad().data()[i], c.data()[i] + 2 * hv) << i;
+    }
+  }
+  {  // a chain of reshapes of a strided value (the tape copies it densely): one buffer for all
+    Tape<P32> t;
+    auto p = t.param(w.view(), g.view());
+    auto h = mul(p, p);
+    auto a = reshape(transpose(h), Shape{12});
+    auto b = reshape(a, Shape{4, 3});
+    t.backward(sum(mul(reshape(b, Shape{3, 4}), t.input(c))));
+    EXPECT_EQ(a.grad().data(), b.grad().data());
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(a.grad().data()[i], c.data()[i]);
+    // the transpose reads h alone, but its gradient is in another order: h has a buffer of its own
+    EXPECT_NE(h.grad().data(), a.grad().data());
+    for (index_t r = 0; r < 2; ++r) {
+      for (index_t k = 0; k < 6; ++k) EXPECT_EQ(h.grad()(r, k), c.data()[k * 2 + r]) << r << ", " << k;
+    }
+  }
+}
+
 TEST(Tape, ShapeErrorsNameTheOpAndLeaveTheStepUsable) {
   Tape<P32> t;
   auto wa = filled<float>({2, 3}, -1, 1, 4);

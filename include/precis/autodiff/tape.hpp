@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <string>
 #include <type_traits>
@@ -186,6 +187,7 @@ class Tape {
     bool requires_grad = false;
     bool external_grad = false;  // a parameter's gradient lives in the caller's tensor
     bool contiguous = false;     // strides are the row-major ones
+    std::uint32_t uses = 0;      // recorded ops that read it (each adds into its gradient)
   };
 
   /// One recorded op: its backward function, its output, and its typed state in the arena
@@ -392,8 +394,12 @@ class Tape {
     return Var<P, S>(this, add_slot(const_cast<S*>(v.data()), v.shape(), v.strides(),
                                     x.requires_grad() && grad_enabled_, v.is_contiguous()), gen_);
   }
-  /// Appends a node (call only when the output requires a gradient).
-  void record(const Node& n) { nodes_.push_back(n); }
+  /// Appends a node (call only when the output requires a gradient) whose backward adds into
+  /// the gradients of the values `in` (its inputs; a value given twice counts twice).
+  void record(const Node& n, std::span<const std::uint32_t> in) {
+    nodes_.push_back(n);
+    for (const std::uint32_t id : in) ++slots_[id].uses;
+  }
 
   const Slot& slot(std::uint32_t id) const { return slots_[id]; }
   template <class S>
@@ -430,6 +436,17 @@ class Tape {
     return g;
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
+  /// Gives value `in` the gradient buffer of value `out`, for an op whose input's gradient is its
+  /// output's element for element in row-major order (a reshape): only when `in` has no gradient
+  /// yet and that op is the one recorded op that reads it, so that nothing else ever adds into
+  /// the shared buffer (and `out`'s gradient, read later, is still its own). Returns whether it
+  /// did; the op's backward then has nothing left to do.
+  bool share_grad(std::uint32_t in, std::uint32_t out) {
+    Slot& s = slots_[in];
+    if (!s.requires_grad || s.grad != nullptr || s.uses != 1 || slots_[out].grad == nullptr) return false;
+    s.grad = slots_[out].grad;
+    return true;
+  }
   arena_type& arena() noexcept { return arena_; }
   /// Memory for one op's temporaries: rewound after every op and every backward node.
   arena_type& scratch() noexcept { return scratch_; }

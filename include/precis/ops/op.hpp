@@ -113,6 +113,12 @@ concept context_only = requires { requires Op::context_only; };
 template <class Op>
 concept assigns_fresh = requires { requires Op::assigns_fresh_gradients; };
 
+/// An op whose one input's gradient is its output's, element for element in row-major order
+/// (reshape; shares_gradient = true): where the op is its input's only reader, the input takes
+/// the output's gradient buffer (Tape::share_grad) and the backward copies nothing.
+template <class Op>
+concept shares_gradient = requires { requires Op::shares_gradient; };
+
 /// A recorded op's state in the arena: its attributes, its inputs' ids and its saved values.
 template <class Op, class T, std::size_t N>
 struct op_state {
@@ -196,6 +202,11 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using O = typename T::output;
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
+  if constexpr (shares_gradient<Op>) {
+    static_assert(sizeof...(S) == 1 && (std::is_same_v<grad_t<P, S>, grad_t<P, O>> && ...),
+                  "shares_gradient: an op of one input whose gradient has the output gradient's type");
+    if (t.share_grad(st.in[0], n.out)) return;
+  }
   const auto ctx = t.context(false);
   // the inputs' gradient buffers this node allocates hold nothing yet: the op's first write
   // into each may assign (op::fresh_tracking::mark_fresh). Under an op that declares
@@ -289,7 +300,7 @@ auto record(const typename Op::attrs& a, const Var<P, S>&... x) {
     } else {
       n.state = new (t.state_arena().allocate(sizeof(St))) St(st);
     }
-    t.record(n);
+    t.record(n, st.in);
   }
   t.end_op();
   return y;

@@ -59,6 +59,7 @@ struct reshape : view_def<reshape> {
   static constexpr std::string_view name = "reshape";
   static constexpr std::string_view reason = "moves no value";
   static constexpr bool copies_strided = true;
+  static constexpr bool shares_gradient = true;
   struct attrs {
     Shape shape;
   };
@@ -209,7 +210,7 @@ auto cat(int axis, std::initializer_list<Var<P, S>> xs) {
     n.backward = &detail::ad::cat_backward<P, S>;
     n.out = y.id();
     n.state = st;
-    t.record(n);
+    t.record(n, std::span<const std::uint32_t>(ids, xs.size()));
   }
   t.end_op();
   return y;
