@@ -135,6 +135,15 @@ TYPED_TEST(OpLayer, Attention) {
         {uniform({2, 2, 4, 3}, -1, 1, 54), uniform({2, 2, 4, 3}, -1, 1, 55), uniform({2, 2, 4, 5}, -1, 1, 56),
          uniform({2, 2, 4, 5}, -1, 1, 57)},
         9);
+    // three heads side by side in the last axis ([2, Tq, 3 x 2], v [2, Tk, 3 x 4]), q of its own
+    // length, and self-attention of one value (the heads' gradients into one buffer)
+    const attention_options heads{causal, 0, 3};
+    this->check([heads](auto&, const auto& p) { return WEIGHTED(attention(p[0], p[1], p[2], heads)); },
+                {uniform({2, 4, 6}, -1, 1, 58), uniform({2, 5, 6}, -1, 1, 59), uniform({2, 5, 12}, -1, 1, 150),
+                 uniform({2, 4, 12}, -1, 1, 151)},
+                4);
+    this->check([heads](auto&, const auto& p) { return WEIGHTED(attention(p[0], p[0], p[0], heads)); },
+                {uniform({2, 4, 6}, -1, 1, 152), uniform({2, 4, 6}, -1, 1, 153)}, 2);
   }
 }
 
@@ -685,6 +694,70 @@ TEST(OpLayerReference, AttentionMatchesDefinition) {
   }
 }
 
+/// attention with H heads side by side in the last axis against the definition head by head
+/// (in double), and bit for bit against the heads split into an axis of their own, attended and
+/// merged back (permutes and copies): outputs and the gradients of q, k and v, under 32-true and
+/// bf16-mixed.
+template <class P>
+void expect_heads_in_place_are_split_heads() {
+  using S = typename P::param_type;
+  using G = typename P::grad_type;
+  const index_t b = 2, tq = 5, tk = 7, h = 3, d = 4, dv = 2;
+  const auto q64 = uniform({b, tq, h * d}, -1, 1, 310), k64 = uniform({b, tk, h * d}, -1, 1, 311);
+  const auto v64 = uniform({b, tk, h * dv}, -1, 1, 312), c64 = uniform({b, tq, h * dv}, -1, 1, 313);
+  auto q = astype<S>(q64), k = astype<S>(k64), v = astype<S>(v64);
+  const auto c = astype<S>(c64);
+  const auto split = [&](const auto& x) { return permute(reshape(x, Shape{b, x.shape()[1], h, x.shape()[2] / h}), Shape{0, 2, 1, 3}); };
+  for (const bool causal : {false, true}) {
+    Tensor<G> gq(q.shape()), gk(k.shape()), gv(v.shape()), sq(q.shape()), sk(k.shape()), sv(v.shape());
+    Tape<P> t1, t2;
+    const auto y1 = attention(t1.param(q.view(), gq.view()), t1.param(k.view(), gk.view()), t1.param(v.view(), gv.view()),
+                              {causal, 0, h});
+    t1.backward(sum(mul(y1, t1.input(c))));
+    const auto o = attention(split(t2.param(q.view(), sq.view())), split(t2.param(k.view(), sk.view())),
+                             split(t2.param(v.view(), sv.view())), {causal, 0});
+    const auto y2 = reshape(permute(o, Shape{0, 2, 1, 3}), Shape{b, tq, h * dv});
+    t2.backward(sum(mul(y2, t2.input(c))));
+    const std::string at = std::string(P::name()) + (causal ? ", causal" : "");
+    ASSERT_EQ(y1.shape(), (Shape{b, tq, h * dv})) << at;
+    const auto same = [&](const auto& x, const auto& y, const char* what) {
+      for (index_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&x.data()[i], &y.data()[i], sizeof(x.data()[i])), 0) << what << " element " << i << " (" << at << ")";
+      }
+    };
+    same(y1.value(), y2.value(), "y");
+    same(gq, sq, "dq");
+    same(gk, sk, "dk");
+    same(gv, sv, "dv");
+    // head by head against the definition: |v| <= 1 and the probabilities sum to 1, so rounding
+    // them to the storage for the second product moves y by at most u_S, and rounding y once
+    // more by u_S; the accumulator's sums, exp and normalization a few dozen u_acc
+    for (index_t hd = 0; hd < h; ++hd) {
+      Tensor<double> qh(Shape{b, tq, d}), kh(Shape{b, tk, d}), vh(Shape{b, tk, dv});
+      for (index_t n = 0; n < b; ++n) {
+        for (index_t i = 0; i < tq; ++i)
+          for (index_t e = 0; e < d; ++e) qh(n, i, e) = detail::load<double>(q(n, i, hd * d + e));
+        for (index_t j = 0; j < tk; ++j) {
+          for (index_t e = 0; e < d; ++e) kh(n, j, e) = detail::load<double>(k(n, j, hd * d + e));
+          for (index_t e = 0; e < dv; ++e) vh(n, j, e) = detail::load<double>(v(n, j, hd * dv + e));
+        }
+      }
+      const auto ref = attention_reference(qh, kh, vh, causal);
+      const double tol = 4 * unit_roundoff<S>() + 64 * unit_roundoff<typename P::high_type>();
+      for (index_t n = 0; n < b; ++n)
+        for (index_t i = 0; i < tq; ++i)
+          for (index_t e = 0; e < dv; ++e) {
+            EXPECT_NEAR(detail::load<double>(y1.value()(n, i, hd * dv + e)), ref(n, i, e), tol) << "head " << hd << " (" << at << ")";
+          }
+    }
+  }
+}
+
+TEST(OpLayerReference, AttentionHeadsInPlaceAreSplitHeads32True) { expect_heads_in_place_are_split_heads<pol::named<"32-true">>(); }
+TEST(OpLayerReference, AttentionHeadsInPlaceAreSplitHeadsBf16Mixed) {
+  expect_heads_in_place_are_split_heads<pol::named<"bf16-mixed">>();
+}
+
 // ---- one list of ops -------------------------------------------------------------------------
 
 /// An op definition: its policy entry, its attributes and its typed saved state. The tape front
@@ -913,6 +986,12 @@ TEST(OpLayerErrors, NameTheOpShapesAndExpectation) {
   expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 4}), Tensor<float>(Shape{2, 3, 5}),
                                                      Tensor<float>(Shape{2, 3, 4})); },
                             {"precis::attention", "same D"});
+  expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 6}), Tensor<float>(Shape{2, 3, 6}),
+                                                     Tensor<float>(Shape{2, 3, 4}), {false, 0, 3}); },
+                            {"precis::attention", "v [2, 3, 4]", "heads 3", "divisible by the 3 heads"});
+  expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 6}), Tensor<float>(Shape{2, 3, 6}),
+                                                     Tensor<float>(Shape{2, 3, 6}), {false, 0, 0}); },
+                            {"precis::attention", "heads >= 1"});
   const std::vector<std::int64_t> idx{0, 7};
   expect_error<invalid_argument>([&] { (void)embedding<P>(Tensor<float>(Shape{5, 2}), idx, Shape{2}); },
                                  {"precis::embedding", "index 7", "[0, 5)", "[5, 2]"});

@@ -368,12 +368,13 @@ class MultiHeadAttention : public Module<P> {
       throw shape_error("precis::nn::MultiHeadAttention: input " + xs.str() + "; expected [batch, tokens, " +
                         std::to_string(dim_) + "]");
     }
-    const index_t b = xs[0], t = xs[1], dh = dim_ / heads_;
+    const index_t b = xs[0], t = xs[1];
     const auto flat = reshape(x, Shape{b * t, dim_});
-    const auto split = [&](std::size_t i) { return permute(reshape((*proj_[i])(flat), Shape{b, t, heads_, dh}), Shape{0, 2, 1, 3}); };
-    const auto o = attention(split(0), split(1), split(2), {causal, 0});
-    const auto merged = reshape(permute(o, Shape{0, 2, 1, 3}), Shape{b * t, dim_});
-    return reshape((*proj_[3])(merged), Shape{b, t, dim_});
+    // the heads stay side by side in the projections' [b, t, dim] outputs: attention reads each
+    // head's columns in place and writes its output likewise
+    const auto project = [&](std::size_t i) { return reshape((*proj_[i])(flat), Shape{b, t, dim_}); };
+    const auto o = attention(project(0), project(1), project(2), {causal, 0, heads_});
+    return reshape((*proj_[3])(reshape(o, Shape{b * t, dim_})), Shape{b, t, dim_});
   }
 
  private:

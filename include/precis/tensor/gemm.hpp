@@ -191,6 +191,13 @@ void spread_runs(const S* x, index_t stride, index_t lines, index_t kc, float* p
   } else if (stride == kc) {  // the runs are one dense block (a whole K, as in a linear layer's):
     const float* v = load_run<float>(x, lines * kc, 1, row);  // one conversion for them all
     spread_rows_32(v, kc, lines, kc, panel, width);
+  } else if (kc <= inline_widen_max) {
+    // short runs (an attention head's columns within wider rows): gathered into one dense block
+    // first and converted in one call, which costs less than a conversion per run
+    S* dense = scratch<S, 6>(static_cast<std::size_t>(lines * kc));
+    for (index_t r = 0; r < lines; ++r) copy_short(x + r * stride, kc, dense + r * kc);
+    const float* v = load_run<float>(dense, lines * kc, 1, row);
+    spread_rows_32(v, kc, lines, kc, panel, width);
   } else {
     for (index_t r = 0; r < lines; ++r) {
       const float* v = load_run<float>(x + r * stride, kc, 1, row + r * kc);
