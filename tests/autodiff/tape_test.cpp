@@ -158,6 +158,62 @@ TEST(Tape, AReshapeThatIsItsInputsOnlyReaderSharesTheGradientBuffer) {
   }
 }
 
+TEST(Tape, AnAddThatIsItsInputsOnlyReaderSharesTheGradientBuffer) {
+  // add's gradient is its output's for both inputs, sub's for its first: an input that the op
+  // alone reads, with as many elements as the output, takes the output's gradient buffer; a
+  // broadcast input, one read twice, or sub's second input gets a buffer of its own
+  auto w = filled<float>({3, 4}, -1, 1, 6);
+  auto v = filled<float>({4}, -1, 1, 7);
+  const auto c = filled<float>({3, 4}, -1, 1, 8);
+  Tensor<float> gw(Shape{3, 4}), gv(Shape{4});
+  {
+    Tape<P32> t;
+    auto p = t.param(w.view(), gw.view());
+    auto a = mul(p, p), b = neg(p);
+    auto y = add(a, b);
+    t.backward(sum(mul(y, t.input(c))));
+    EXPECT_EQ(a.grad().data(), y.grad().data());
+    EXPECT_EQ(b.grad().data(), y.grad().data());
+    for (int i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(gw.data()[i], c.data()[i] * (2 * w.data()[i] - 1)) << i;
+  }
+  {  // b broadcast along the rows (4 elements against 12): summed into its own buffer
+    Tape<P32> t;
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    auto p = t.param(w.view(), gw.view());
+    auto q = t.param(v.view(), gv.view());
+    auto a = mul(p, p), b = neg(q);
+    auto y = add(a, b);
+    t.backward(sum(mul(y, t.input(c))));
+    EXPECT_EQ(a.grad().data(), y.grad().data());
+    EXPECT_NE(b.grad().data(), y.grad().data());
+    for (index_t j = 0; j < 4; ++j) {
+      EXPECT_FLOAT_EQ(b.grad()(j), c(0, j) + c(1, j) + c(2, j)) << j;
+      EXPECT_FLOAT_EQ(gv.data()[j], -(c(0, j) + c(1, j) + c(2, j))) << j;
+    }
+  }
+  {  // a read twice by one add: its gradient is the sum of both, in its own buffer
+    Tape<P32> t;
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    auto p = t.param(w.view(), gw.view());
+    auto a = mul(p, p);
+    auto y = add(a, a);
+    t.backward(sum(mul(y, t.input(c))));
+    EXPECT_NE(a.grad().data(), y.grad().data());
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(a.grad().data()[i], 2 * c.data()[i]) << i;
+  }
+  {  // sub: the first input shares, the second gets -gy in a buffer of its own
+    Tape<P32> t;
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    auto p = t.param(w.view(), gw.view());
+    auto a = mul(p, p), b = mul(p, t.input(c));
+    auto y = sub(a, b);
+    t.backward(sum(mul(y, t.input(c))));
+    EXPECT_EQ(a.grad().data(), y.grad().data());
+    EXPECT_NE(b.grad().data(), y.grad().data());
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(b.grad().data()[i], -c.data()[i]) << i;
+  }
+}
+
 TEST(Tape, ShapeErrorsNameTheOpAndLeaveTheStepUsable) {
   Tape<P32> t;
   auto wa = filled<float>({2, 3}, -1, 1, 4);

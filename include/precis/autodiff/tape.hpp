@@ -437,10 +437,11 @@ class Tape {
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
   /// Gives value `in` the gradient buffer of value `out`, for an op whose input's gradient is its
-  /// output's element for element in row-major order (a reshape): only when `in` has no gradient
-  /// yet and that op is the one recorded op that reads it, so that nothing else ever adds into
-  /// the shared buffer (and `out`'s gradient, read later, is still its own). Returns whether it
-  /// did; the op's backward then has nothing left to do.
+  /// output's element for element in row-major order (a reshape; either input of an add that
+  /// broadcasts neither): only when `in` has no gradient yet and that op is the one recorded op
+  /// that reads it, so that nothing else ever adds into the shared buffer (and `out`'s gradient,
+  /// read later, is still its own; both inputs of an add may share it, each only read after).
+  /// Returns whether it did; the op's backward then has nothing left to do for `in`.
   bool share_grad(std::uint32_t in, std::uint32_t out) {
     Slot& s = slots_[in];
     if (!s.requires_grad || s.grad != nullptr || s.uses != 1 || slots_[out].grad == nullptr) return false;

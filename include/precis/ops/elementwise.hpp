@@ -328,11 +328,13 @@ struct rsqrt : unary_def<rsqrt, policy::safety::needs_wide, fn::rsqrt, fn_::d_rs
 
 // ---- promote: one rounding in the widest input type ------------------------------------------
 struct add : binary_def<add, policy::safety::promote, fn::add, fn_::d_add_a, fn_::d_add_a> {
+  static constexpr std::array<bool, 2> shares_gradient{true, true};  // d(a + b)/da = d(a + b)/db = 1
   static constexpr std::string_view name = "add";
   static constexpr std::string_view reason =
       "one rounding of two values; mixed inputs promote so neither is narrowed (range: the inputs' own)";
 };
 struct sub : binary_def<sub, policy::safety::promote, fn::sub, fn_::d_add_a, fn_::d_sub_b> {
+  static constexpr std::array<bool, 2> shares_gradient{true, false};
   static constexpr std::string_view name = "sub";
   static constexpr std::string_view reason = "as add";
 };

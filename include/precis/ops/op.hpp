@@ -113,11 +113,13 @@ concept context_only = requires { requires Op::context_only; };
 template <class Op>
 concept assigns_fresh = requires { requires Op::assigns_fresh_gradients; };
 
-/// An op whose one input's gradient is its output's, element for element in row-major order
-/// (reshape; shares_gradient = true): where the op is its input's only reader, the input takes
-/// the output's gradient buffer (Tape::share_grad) and the backward copies nothing.
+/// An op some of whose inputs' gradients are its output's, element for element in row-major
+/// order, whenever such an input has as many elements as the output (shares_gradient, one flag
+/// per input: reshape {true}; add {true, true}, where neither input is broadcast; sub {true,
+/// false}): where the op is such an input's only reader, and the gradient types agree, the input
+/// takes the output's gradient buffer (Tape::share_grad) and the backward skips it.
 template <class Op>
-concept shares_gradient = requires { requires Op::shares_gradient; };
+concept shares_gradient = requires { requires Op::shares_gradient.size() > 0; };
 
 /// A recorded op's state in the arena: its attributes, its inputs' ids and its saved values.
 template <class Op, class T, std::size_t N>
@@ -202,10 +204,16 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   using O = typename T::output;
   using St = op_state<Op, T, sizeof...(S)>;
   const St& st = state_fits_node<St, P>() ? *std::launder(reinterpret_cast<const St*>(n.local)) : *static_cast<const St*>(n.state);
+  std::array<bool, sizeof...(S)> shared{};  // inputs given the output's gradient buffer
   if constexpr (shares_gradient<Op>) {
-    static_assert(sizeof...(S) == 1 && (std::is_same_v<grad_t<P, S>, grad_t<P, O>> && ...),
-                  "shares_gradient: an op of one input whose gradient has the output gradient's type");
-    if (t.share_grad(st.in[0], n.out)) return;
+    static_assert(Op::shares_gradient.size() == sizeof...(S), "shares_gradient: one flag per input");
+    const index_t out_elems = t.slot(n.out).shape.numel();
+    std::size_t i = 0;
+    ((shared[i] = Op::shares_gradient[i] && std::is_same_v<grad_t<P, S>, grad_t<P, O>> &&
+                  t.slot(st.in[i]).shape.numel() == out_elems && t.share_grad(st.in[i], n.out),
+      ++i),
+     ...);
+    if (std::all_of(shared.begin(), shared.end(), [](bool b) { return b; })) return;
   }
   const auto ctx = t.context(false);
   // the inputs' gradient buffers this node allocates hold nothing yet: the op's first write
@@ -238,7 +246,8 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     Op::template backward<T>(ctx, st.attrs, st.saved, gy, y,
                              std::tuple<TensorView<const S>...>(value_ref<S, P>{&t, st.in[I]}...),
-                             std::tuple<TensorView<grad_t<P, S>>...>(grad_ref<grad_t<P, S>, P>{&t, st.in[I]}...));
+                             std::tuple<TensorView<grad_t<P, S>>...>(
+                                 shared[I] ? TensorView<grad_t<P, S>>() : TensorView<grad_t<P, S>>(grad_ref<grad_t<P, S>, P>{&t, st.in[I]})...));
   }(std::index_sequence_for<S...>{});
   if constexpr (assigns_fresh<Op>) ctx.settle_fresh();
 }

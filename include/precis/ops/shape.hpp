@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 #include <new>
+#include <array>
 #include <string>
 #include <tuple>
 
@@ -59,7 +60,7 @@ struct reshape : view_def<reshape> {
   static constexpr std::string_view name = "reshape";
   static constexpr std::string_view reason = "moves no value";
   static constexpr bool copies_strided = true;
-  static constexpr bool shares_gradient = true;
+  static constexpr std::array<bool, 1> shares_gradient{true};
   struct attrs {
     Shape shape;
   };
