@@ -295,6 +295,12 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
   }
+  template <class GQ, class L>
+  bool weight_grad_padded(const op::conv_detail::geometry& g, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
+                          float* gw) const {
+    fence::open o;
+    return op::cpu::weight_grad_padded(g, groups, oc_all, gq, x, alpha, gw);
+  }
   template <class T>
   void fill_zero(const TensorView<T>& v) const {
     fence::open o;

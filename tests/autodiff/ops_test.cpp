@@ -579,6 +579,103 @@ void expect_weight_grad_direct() {
   }
 }
 
+/// conv_detail::weight_grad_padded (a unit-stride weight gradient from padded planes, no
+/// columns) for fp32, bf16 and fp16 operands against sums in double: padding on neither, one or
+/// both axes, dilation, groups, rows that are and are not a whole number of vectors, several
+/// image batches; gw starts non-zero and alpha scales. The same bits for one thread and two,
+/// and with the AVX2 and the AVX-512 tiles. The demo CNN's second convolution takes it, its
+/// first (one input channel) keeps its columns.
+template <class S>
+void expect_weight_grad_padded() {
+  if (!op::conv_detail::weight_grad_direct_available()) GTEST_SKIP() << "AVX2 and FMA are not available on this CPU (or OS, or PRECIS_ISA caps them)";
+  struct geometry_case {
+    conv2d_options o;
+    Shape xs, ws;
+    index_t nb;  // images per batch
+  };
+  const std::vector<geometry_case> cases{
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {5, 3, 7, 6}, {4, 3, 3, 3}, 2},
+      {{{1, 1}, {0, 0}, {1, 1}, 1}, {3, 4, 6, 9}, {7, 4, 2, 3}, 3},
+      {{{1, 1}, {2, 0}, {2, 1}, 1}, {2, 3, 8, 5}, {5, 3, 3, 2}, 1},
+      {{{1, 1}, {1, 2}, {1, 2}, 2}, {3, 4, 5, 7}, {6, 2, 3, 3}, 2},
+      {{{1, 1}, {1, 1}, {1, 1}, 1}, {4, 16, 14, 14}, {32, 16, 3, 3}, 3},  // the demo CNN's second convolution
+  };
+  std::mt19937_64 rng(78);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const auto& [o, xs, ws, nb] : cases) {
+    const auto g = op::conv2d::geometry_of(o, xs, ws);
+    const index_t oc = ws[0], groups = o.groups, cg = ws[1], og = oc / groups, k = cg * ws[2] * ws[3], p = g.plane();
+    ASSERT_TRUE(op::conv_detail::padded_weight_grad_applies(g, groups, oc)) << xs.str() << " " << ws.str();
+    const op::conv_detail::padded_layout d(g);
+    std::vector<S> x(static_cast<std::size_t>(xs.numel())), gy(static_cast<std::size_t>(xs[0] * oc * p));
+    for (auto& v : x) v = static_cast<S>(u(rng));
+    for (auto& v : gy) v = static_cast<S>(u(rng));
+    std::vector<float> gw0(static_cast<std::size_t>(oc * k));
+    for (auto& v : gw0) v = u(rng);
+    const float alpha = 0.5f;
+    auto run = [&](int threads) {
+      std::vector<float> gw = gw0, part(static_cast<std::size_t>(op::conv_detail::weight_grad_part_size(og, k)));
+      std::vector<S> xp(static_cast<std::size_t>(nb * cg * d.plane)), gp(static_cast<std::size_t>(og * nb * d.len));
+      std::vector<index_t> roff(static_cast<std::size_t>(k));
+#if defined(_OPENMP)
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+#else
+      (void)threads;
+#endif
+      op::conv_detail::weight_grad_padded(g, d, groups, oc, gy.data(), x.data(), alpha, gw.data(), nb, xp.data(), gp.data(), part.data(),
+                                          roff.data());
+#if defined(_OPENMP)
+      omp_set_num_threads(before);
+#endif
+      return gw;
+    };
+    const std::string at = "x " + xs.str() + ", w " + ws.str();
+    const auto gw = run(1);
+    EXPECT_EQ(run(2), gw) << at;
+    for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
+      if (isa > gemm_isa_available()) continue;
+      const gemm_isa before = limit_gemm_isa(isa);
+      EXPECT_EQ(run(1), gw) << to_string(isa) << ", " << at;
+      EXPECT_EQ(run(2), gw) << to_string(isa) << ", 2 threads, " << at;
+      limit_gemm_isa(before);
+    }
+    const double gam = bounds::gamma(static_cast<double>(xs[0] * p + 2), unit_roundoff<float>());
+    const auto val = [](S v) { return static_cast<double>(static_cast<float>(v)); };
+    for (index_t f = 0; f < oc; ++f)
+      for (index_t ci = 0; ci < cg; ++ci)
+        for (index_t i = 0; i < ws[2]; ++i)
+          for (index_t j = 0; j < ws[3]; ++j) {
+            double s = 0, a = 0;
+            for (index_t n = 0; n < xs[0]; ++n)
+              for (index_t oh = 0; oh < g.ho; ++oh)
+                for (index_t ow = 0; ow < g.wo; ++ow) {
+                  const index_t ih = oh - o.padding[0] + i * o.dilation[0], iw = ow - o.padding[1] + j * o.dilation[1];
+                  if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+                  const index_t ch = (f / og) * cg + ci;
+                  const double v = val(gy[static_cast<std::size_t>(((n * oc + f) * g.ho + oh) * g.wo + ow)]) *
+                                   val(x[static_cast<std::size_t>(((n * xs[1] + ch) * xs[2] + ih) * xs[3] + iw)]);
+                  s += v;
+                  a += std::abs(v);
+                }
+            const auto e = static_cast<std::size_t>(((f * cg + ci) * ws[2] + i) * ws[3] + j);
+            ASSERT_NEAR(gw[e], gw0[e] + alpha * s, gam * (std::abs(gw0[e]) + alpha * a))
+                << "f " << f << ", c " << ci << ", tap " << i << " " << j << ", " << at;
+          }
+  }
+  // the demo CNN: conv1 (1 channel, 28 x 28, 16 filters) keeps its columns, conv2 pads
+  const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
+  EXPECT_FALSE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of(same, Shape{128, 1, 28, 28}, Shape{16, 1, 3, 3}), 1, 16));
+  EXPECT_TRUE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of(same, Shape{128, 16, 14, 14}, Shape{32, 16, 3, 3}), 1, 32));
+  // strided sweeps keep their columns
+  EXPECT_FALSE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of({{2, 1}, {1, 1}, {1, 1}, 1}, Shape{2, 16, 14, 14},
+                                                                                  Shape{32, 16, 3, 3}), 1, 32));
+}
+
+TEST(OpLayerReference, Conv2dWeightGradientPaddedFloat) { expect_weight_grad_padded<float>(); }
+TEST(OpLayerReference, Conv2dWeightGradientPaddedBfloat16) { expect_weight_grad_padded<bfloat16>(); }
+TEST(OpLayerReference, Conv2dWeightGradientPaddedHalf) { expect_weight_grad_padded<half>(); }
+
 TEST(OpLayerReference, Conv2dWeightGradientDirectFloat) { expect_weight_grad_direct<float>(); }
 TEST(OpLayerReference, Conv2dWeightGradientDirectBfloat16) { expect_weight_grad_direct<bfloat16>(); }
 TEST(OpLayerReference, Conv2dWeightGradientDirectHalf) { expect_weight_grad_direct<half>(); }

@@ -1,7 +1,10 @@
 // Reductions: every summation algorithm against an exact reference, within its bound from
 // Higham (2002), ch. 4, in the accumulator's unit roundoff.
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "support.hpp"
@@ -213,4 +216,30 @@ TEST(ReduceSpecial, NaNInfAndScaling) {
   big(1) = 1000.0f;  // exp would overflow without the max shift
   EXPECT_NEAR(logsumexp<float>(big, 0)(), 1000.0f + std::log(2.0f), 1000 * std::ldexp(1.0f, -22));
   EXPECT_NEAR(softmax<float>(big, 0)(0), 0.5f, std::ldexp(1.0f, -22));
+}
+
+// Pairwise float sums take their blocks of eight 64 values at a time in AVX2 lanes where the CPU
+// has them: the same bits as pushing the values one by one (the definition), for lengths that
+// leave every kind of remainder, a summer that starts mid-block, and values of very different
+// magnitudes (so that another tree would round otherwise).
+TEST(ReduceSpecial, PairwiseFloatBlocksInLanesAreTheOneByOneTree) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int n : {1, 8, 63, 64, 65, 72, 128, 136, 200, 1000, 4097}) {
+    for (const int start : {0, 3, 8}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<float> x(static_cast<std::size_t>(n + start));
+        for (float& v : x) v = std::ldexp(u(rng), static_cast<int>(rng() % 40) - 20);
+        detail::pairwise_sum<float> bulk, one;
+        for (int i = 0; i < start; ++i) {
+          bulk.push(x[static_cast<std::size_t>(i)]);
+          one.push(x[static_cast<std::size_t>(i)]);
+        }
+        detail::push_all(bulk, x.data() + start, n);
+        for (int i = start; i < n + start; ++i) one.push(x[static_cast<std::size_t>(i)]);
+        const float a = bulk.result(), b = one.result();
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(a), std::bit_cast<std::uint32_t>(b)) << "n " << n << ", start " << start;
+      }
+    }
+  }
 }

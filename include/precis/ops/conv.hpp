@@ -158,19 +158,29 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const bool gx_direct = gx_sum != nullptr;
     const auto gx_acc = want_x && !gx_direct ? ctx.template zeros<Acc>(sv.x.shape()) : TensorView<Acc>();
     if (want_x && !gx_direct) gx_sum = gx_acc.data();
-    const auto col = want_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
-    const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
     // the GEMMs' copy of gy: cast to scaled e5m2 under an fp8 policy (the bias sums read gy)
     fp8::scale_ref sg;
     const auto gq = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
     using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
     // the weight gradient straight from gy and the columns where the types allow
-    // (conv_detail::weight_grad_direct); the GEMMs read gy reorganised as [og, images * p]
+    // (conv_detail::weight_grad_direct), or, for unit strides and many taps, straight from gy and
+    // x laid on padded planes, with no columns (conv_detail::weight_grad_padded, done here);
+    // the GEMMs read gy reorganised as [og, images * p]
     constexpr bool direct_types = Ctx::template weight_grad_direct_types<Acc, L, GQ>;
-    bool direct_w = false;
-    if constexpr (direct_types) direct_w = want_w && ctx.weight_grad_direct_available();
-    const auto part = direct_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
-    const index_t tail = direct_w ? conv_detail::weight_grad_tail_len(nb, p) : 0;
+    bool direct_w = false, padded_w = false;
+    if constexpr (direct_types) {
+      direct_w = want_w && ctx.weight_grad_direct_available();
+      if (direct_w && !sv.cols) {
+        padded_w = ctx.weight_grad_padded(g, groups, oc_all, gq.data(), sv.x.data(),
+                                          static_cast<float>(fp8::descale(sv.sc.s0, sg).value), gw_acc.data());
+      }
+    }
+    const bool cols_w = want_w && !padded_w;  // the batches below compute the weight gradient
+    const auto col = cols_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
+    const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
+    const bool tiles_w = direct_w && !padded_w;
+    const auto part = tiles_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
+    const index_t tail = tiles_w ? conv_detail::weight_grad_tail_len(nb, p) : 0;
     const auto tail_g = ctx.template temp<GQ>(Shape{og * tail});
     const auto tail_c = ctx.template temp<L>(Shape{k * tail});
     const auto gyg = ctx.template temp<GQ>(Shape{og, nb * p});
@@ -182,7 +192,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         ctx.conv_output_grads(gq.data(), gy.data(), gi * og, og, oc_all, n0, count, p, need_gm ? gyg.data() : nullptr,
                               want_b ? gb_acc.data() + gi * og : nullptr);
         const TensorView<const GQ> gm(gyg.data(), Shape{og, cols});
-        if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
+        if (cols_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
           if (!sv.cols) ctx.im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
           const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sg);

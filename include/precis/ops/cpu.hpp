@@ -910,6 +910,25 @@ class cpu : public fresh_tracking<cpu> {
                           float* gw, float* part, GQ* tail_g, L* tail_c) const {
     conv_detail::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
   }
+  /// conv2d's whole weight gradient from padded planes, without columns, where it applies
+  /// (conv_detail::padded_weight_grad_applies: unit strides, many taps; and this CPU has AVX2 and
+  /// FMA): gw [oc_all, C / groups, kh, kw] (fp32) += alpha times the sums of gq [N, oc_all, Ho,
+  /// Wo] with x [N, C, H, W] under each tap (conv_detail::weight_grad_padded says in what order).
+  /// False: it did not apply (nothing written).
+  template <class GQ, class L>
+  bool weight_grad_padded(const conv_detail::geometry& g, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
+                          float* gw) const {
+    if (!conv_detail::weight_grad_direct_available() || !conv_detail::padded_weight_grad_applies(g, groups, oc_all)) return false;
+    const conv_detail::padded_layout d(g);
+    const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw;
+    const index_t nb = conv_detail::padded_images_per_batch(g, d, groups, oc_all);
+    const auto xp = temp<L>(Shape{nb * cg * d.plane});
+    const auto gp = temp<GQ>(Shape{og * nb * d.len});
+    const auto part = temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)});
+    index_t* roff = temp_->template allocate_array<index_t>(static_cast<std::size_t>(k));
+    conv_detail::weight_grad_padded(g, d, groups, oc_all, gq, x, alpha, gw, nb, xp.data(), gp.data(), part.data(), roff);
+    return true;
+  }
 
   /// v (contiguous) = zeros.
   template <class T>

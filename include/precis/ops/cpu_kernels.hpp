@@ -174,15 +174,20 @@ PRECIS_TARGET_AVX2 inline __m256 load8_f32(const S* p) {
   }
 }
 
+/// Where row t of the weight gradient's second operand starts: t crs values in, or roff[t]
+/// where the rows are not evenly spaced (the taps of padded planes: weight_grad_padded).
+inline index_t wg_row(const index_t* roff, index_t crs, index_t t) { return roff != nullptr ? roff[t] : t * crs; }
+
 /// Tiles [t0, t1) of the weight gradient's partial sums: for rows o < og of g and t < k of col,
 /// the eight fp32 lanes of the sum over images b < count and positions q < len (a multiple of 8)
-/// of g[b * gs + o * grs + q] * col[t * crs + b * cis + q], lane q % 8, added to part (9 x 8
-/// floats a tile; each image's sums pass through it). Tiles are 3 rows of g x 3 rows of col,
-/// col's blocks outermost (a tile's col rows stay in L1 across g's blocks); rows past og or k
-/// repeat the last one and their sums are not used.
+/// of g[b * gs + o * grs + q] * col[wg_row(roff, crs, t) + b * cis + q], lane q % 8, added to
+/// part (9 x 8 floats a tile; each image's sums pass through it). Tiles are 3 rows of g x 3 rows
+/// of col, col's blocks outermost (a tile's col rows stay in L1 across g's blocks); rows past og
+/// or k repeat the last one and their sums are not used.
 template <class GQ, class L>
-PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs, index_t cis,
-                                          index_t k, index_t count, index_t len, float* part, index_t t0, index_t t1) {
+PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs,
+                                          const index_t* roff, index_t cis, index_t k, index_t count, index_t len, float* part,
+                                          index_t t0, index_t t1) {
   const index_t ob_n = (og + 2) / 3;
   for (index_t b = 0; b < count; ++b) {
     for (index_t tile = t0; tile < t1; ++tile) {
@@ -190,9 +195,9 @@ PRECIS_TARGET_AVX2 void weight_grad_tiles(const GQ* g, index_t gs, index_t grs, 
       const GQ* g0 = g + b * gs + std::min(3 * ob, og - 1) * grs;
       const GQ* g1 = g + b * gs + std::min(3 * ob + 1, og - 1) * grs;
       const GQ* g2 = g + b * gs + std::min(3 * ob + 2, og - 1) * grs;
-      const L* c0 = col + std::min(3 * tb, k - 1) * crs + b * cis;
-      const L* c1 = col + std::min(3 * tb + 1, k - 1) * crs + b * cis;
-      const L* c2 = col + std::min(3 * tb + 2, k - 1) * crs + b * cis;
+      const L* c0 = col + wg_row(roff, crs, std::min(3 * tb, k - 1)) + b * cis;
+      const L* c1 = col + wg_row(roff, crs, std::min(3 * tb + 1, k - 1)) + b * cis;
+      const L* c2 = col + wg_row(roff, crs, std::min(3 * tb + 2, k - 1)) + b * cis;
       float* pt = part + tile * 72;
       __m256 a00 = _mm256_loadu_ps(pt), a01 = _mm256_loadu_ps(pt + 8), a02 = _mm256_loadu_ps(pt + 16);
       __m256 a10 = _mm256_loadu_ps(pt + 24), a11 = _mm256_loadu_ps(pt + 32), a12 = _mm256_loadu_ps(pt + 40);
@@ -263,8 +268,8 @@ inline constexpr index_t wg512_rows = 8, wg512_pairs = 3;
 /// adds the same products in the same order as the AVX2 tiles: the same bits.
 template <class GQ, class L>
 PRECIS_TARGET_AVX512 void weight_grad_tiles_avx512(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs,
-                                                   index_t cis, index_t k, index_t count, index_t len, float* part, index_t t0,
-                                                   index_t t1) {
+                                                   const index_t* roff, index_t cis, index_t k, index_t count, index_t len,
+                                                   float* part, index_t t0, index_t t1) {
   constexpr index_t R = wg512_rows, T = wg512_pairs;
   const index_t ob_n = (og + R - 1) / R;
   for (index_t b = 0; b < count; ++b) {
@@ -275,7 +280,7 @@ PRECIS_TARGET_AVX512 void weight_grad_tiles_avx512(const GQ* g, index_t gs, inde
       PRECIS_UNROLL(8)
       for (index_t i = 0; i < R; ++i) gr[i] = g + b * gs + std::min(R * ob + i, og - 1) * grs;
       PRECIS_UNROLL(8)
-      for (index_t j = 0; j < 2 * T; ++j) cr[j] = col + std::min(2 * T * tb + j, k - 1) * crs + b * cis;
+      for (index_t j = 0; j < 2 * T; ++j) cr[j] = col + wg_row(roff, crs, std::min(2 * T * tb + j, k - 1)) + b * cis;
       float* pt = part + tile * (R * 2 * T * 8);
       __m512 acc[R][T];
       PRECIS_UNROLL(8)
@@ -313,6 +318,43 @@ inline index_t weight_grad_part_size(index_t og, index_t k) {
 }
 inline index_t weight_grad_tail_len(index_t count, index_t p) { return (count * (p % 8) + 7) / 8 * 8; }
 
+/// The weight gradient's tiles over images b < count and their sums added into gw: gw[o * k +
+/// t] += alpha * (the eight lanes of weight_grad_tiles' sums, added pairwise, lane_sum), with
+/// rows o < og of g (image b's row o at b * gs + o * grs) and t < k of col (wg_row(roff, crs, t)
+/// + b * cis), over len positions (a multiple of 8); then, when tail > 0, one more "image" of
+/// tail positions from tail_g (rows tail apart) and tail_c. Tiles split over threads; each
+/// entry's operations are the same, in the same order, for any thread count.
+template <class GQ, class L>
+void weight_grad_sums(const GQ* g, index_t gs, index_t grs, index_t og, const L* col, index_t crs, const index_t* roff, index_t cis,
+                      index_t k, index_t count, index_t len, const GQ* tail_g, const L* tail_c, index_t tail, float alpha,
+                      float* gw, float* part) {
+#if PRECIS_X86_SIMD
+  // AVX-512 (within PRECIS_GEMM_ISA's cap): tiles of 8 x 6 entries; AVX2: 3 x 3
+  const bool wide = gemm_isa_in_use() >= gemm_isa::avx512;
+  const index_t rows = wide ? wg512_rows : 3, cols_t = wide ? 2 * wg512_pairs : 3;
+  const index_t ob_n = (og + rows - 1) / rows, tiles = ob_n * ((k + cols_t - 1) / cols_t), floats = rows * cols_t * 8;
+  detail::parallel_ranges(tiles, detail::threads_for(og * k * count * len, index_t{1} << 16), [&](index_t t0, index_t t1) {
+    std::fill(part + t0 * floats, part + t1 * floats, 0.0f);
+    if (wide) {
+      weight_grad_tiles_avx512(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
+      if (tail > 0) weight_grad_tiles_avx512(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+    } else {
+      weight_grad_tiles(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
+      if (tail > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+    }
+    for (index_t tile = t0; tile < t1; ++tile) {
+      const index_t tb = tile / ob_n, ob = tile % ob_n;
+      for (index_t i = 0; i < rows && rows * ob + i < og; ++i)
+        for (index_t j = 0; j < cols_t && cols_t * tb + j < k; ++j)
+          gw[(rows * ob + i) * k + cols_t * tb + j] += alpha * lane_sum(part + tile * floats + (cols_t * i + j) * 8);
+    }
+  });
+#else
+  (void)g, (void)gs, (void)grs, (void)og, (void)col, (void)crs, (void)roff, (void)cis, (void)k, (void)count, (void)len, (void)tail_g,
+      (void)tail_c, (void)tail, (void)alpha, (void)gw, (void)part;
+#endif
+}
+
 /// conv2d's weight gradient without a GEMM: gw[o * k + t] += alpha * sum over images b < count
 /// and positions q < p of g[b * gs + o * p + q] * col[t * count * p + b * p + q], where g is the
 /// output gradient as it lies ([images, channels, p], image stride gs: no reorganised copy) and
@@ -326,9 +368,8 @@ inline index_t weight_grad_tail_len(index_t count, index_t p) { return (count * 
 template <class GQ, class L>
 void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index_t k, index_t count, index_t p, float alpha,
                         float* gw, float* part, GQ* tail_g, L* tail_c) {
-#if PRECIS_X86_SIMD
   const index_t cols = count * p, full = p / 8 * 8, rem = p - full;
-  const index_t tail = weight_grad_tail_len(count, p);
+  const index_t tail = rem > 0 ? weight_grad_tail_len(count, p) : 0;
   if (rem > 0) {  // the tails, image after image, then zeros to a whole vector
     for (index_t o = 0; o < og; ++o) {
       GQ* d = tail_g + o * tail;
@@ -341,29 +382,7 @@ void weight_grad_direct(const GQ* g, index_t gs, index_t og, const L* col, index
       std::fill(d + count * rem, d + tail, static_cast<L>(0.0f));
     }
   }
-  // AVX-512 (within PRECIS_GEMM_ISA's cap): tiles of 8 x 6 entries; AVX2: 3 x 3
-  const bool wide = gemm_isa_in_use() >= gemm_isa::avx512;
-  const index_t rows = wide ? wg512_rows : 3, cols_t = wide ? 2 * wg512_pairs : 3;
-  const index_t ob_n = (og + rows - 1) / rows, tiles = ob_n * ((k + cols_t - 1) / cols_t), floats = rows * cols_t * 8;
-  detail::parallel_ranges(tiles, detail::threads_for(og * k * count * p, index_t{1} << 16), [&](index_t t0, index_t t1) {
-    std::fill(part + t0 * floats, part + t1 * floats, 0.0f);
-    if (wide) {
-      weight_grad_tiles_avx512(g, gs, p, og, col, cols, p, k, count, full, part, t0, t1);
-      if (rem > 0) weight_grad_tiles_avx512(tail_g, 0, tail, og, tail_c, tail, 0, k, 1, tail, part, t0, t1);
-    } else {
-      weight_grad_tiles(g, gs, p, og, col, cols, p, k, count, full, part, t0, t1);
-      if (rem > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, 0, k, 1, tail, part, t0, t1);
-    }
-    for (index_t tile = t0; tile < t1; ++tile) {
-      const index_t tb = tile / ob_n, ob = tile % ob_n;
-      for (index_t i = 0; i < rows && rows * ob + i < og; ++i)
-        for (index_t j = 0; j < cols_t && cols_t * tb + j < k; ++j)
-          gw[(rows * ob + i) * k + cols_t * tb + j] += alpha * lane_sum(part + tile * floats + (cols_t * i + j) * 8);
-    }
-  });
-#else
-  (void)g, (void)gs, (void)og, (void)col, (void)k, (void)count, (void)p, (void)alpha, (void)gw, (void)part, (void)tail_g, (void)tail_c;
-#endif
+  weight_grad_sums(g, gs, p, og, col, cols, nullptr, p, k, count, full, tail_g, tail_c, tail, alpha, gw, part);
 }
 
 /// Whether this CPU runs weight_grad_direct (AVX2 and FMA, within PRECIS_ISA's cap).
@@ -389,6 +408,97 @@ inline constexpr index_t column_batch_elements = index_t{1} << 19;
 inline index_t images_per_batch(index_t n, index_t k, index_t plane, index_t budget = column_batch_elements) {
   const index_t per = std::max<index_t>(1, k * plane);
   return std::max<index_t>(1, std::min<index_t>(n, budget / per));
+}
+
+// ---- conv2d's weight gradient from padded planes ----------------------------------------------
+//
+// With many taps (k = C / groups * kh * kw: conv2's 144 in the demo CNN) the columns are k times
+// the input: weight_grad_direct's im2col wrote and read 14 MiB a batch of 128 images there. For
+// a unit-stride convolution every tap is a plain offset into zero-padded planes instead, once
+// the output gradient lies on the padded rows too: tap (i, j) of output position oh row + ow
+// reads the padded input `offset(i, j)` further on. So the tiles read the padded input planes
+// (c kh kw rows per channel, all pointing into one plane) and the padded output gradient in
+// place, with no columns.
+
+/// The zero-padded planes of weight_grad_padded: rows of `row` = W + 2 pad[1] values, the input
+/// at row pad[0], column pad[1]; the output gradient on the same rows (zeros at ow >= wo and
+/// past the last output row), `len` positions an image (ho row rounded up to whole vectors of
+/// 8); each input plane holds `plane` values, so that every tap's run of len values lies in it.
+struct padded_layout {
+  index_t row, len, plane;
+  explicit padded_layout(const geometry& g)
+      : row(g.w + 2 * g.pad[1]),
+        len((g.ho * row + 7) / 8 * 8),
+        plane((len + (g.kh - 1) * g.dil[0] * row + (g.kw - 1) * g.dil[1] + 7) / 8 * 8) {}
+  index_t offset(const geometry& g, index_t i, index_t j) const { return i * g.dil[0] * row + j * g.dil[1]; }
+};
+
+/// Whether conv2d's weight gradient takes the padded planes (weight_grad_padded): unit strides,
+/// and the columns larger than the two padded copies (per image and group: k p values against
+/// og len + cg plane). conv1 of the demo CNN (one channel, 9 taps) keeps its columns; conv2
+/// (16 channels, 144 taps) pads.
+inline bool padded_weight_grad_applies(const geometry& g, index_t groups, index_t oc_all) {
+  if (g.stride[0] != 1 || g.stride[1] != 1 || g.ho < 1 || g.wo < 1) return false;
+  const padded_layout d(g);
+  const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw;
+  return k * g.plane() > og * d.len + cg * d.plane;
+}
+
+/// Images per batch of weight_grad_padded: their padded planes and output gradients within
+/// column_batch_elements (one group's at a time).
+inline index_t padded_images_per_batch(const geometry& g, const padded_layout& d, index_t groups, index_t oc_all) {
+  return images_per_batch(g.n, 1, g.c / groups * d.plane + oc_all / groups * d.len);
+}
+
+/// conv2d's weight gradient for a unit-stride convolution from padded planes: gw [oc_all, cg, kh,
+/// kw] (fp32, contiguous) += alpha * sum over images and output positions of gy * the input
+/// under the tap, the sums of weight_grad_sums (eight fp32 lanes, images in order, lanes added
+/// pairwise), batch after batch of nb images, group after group. The positions past each output
+/// row and past the last (gy's zeros there) multiply values of the padded input: where the
+/// input holds an infinity or a NaN, its channel's weight gradients are NaN for every tap, not
+/// only for the taps whose windows reach it. Scratch: xp (nb cg plane values of L), gp (og nb len
+/// of GQ), part (weight_grad_part_size), roff (k). Needs weight_grad_direct_available().
+template <class GQ, class L>
+void weight_grad_padded(const geometry& g, const padded_layout& d, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
+                        float* gw, index_t nb, L* xp, GQ* gp, float* part, index_t* roff) {
+  const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw, p = g.plane(), hw = g.h * g.w;
+  for (index_t c = 0, t = 0; c < cg; ++c)
+    for (index_t i = 0; i < g.kh; ++i)
+      for (index_t j = 0; j < g.kw; ++j, ++t) roff[t] = c * d.plane + d.offset(g, i, j);
+  const L zl = static_cast<L>(0.0f);
+  const GQ zg = static_cast<GQ>(0.0f);
+  for (index_t n0 = 0; n0 < g.n; n0 += nb) {
+    const index_t count = std::min(nb, g.n - n0);
+    for (index_t gi = 0; gi < groups; ++gi) {
+      detail::parallel_ranges(count * cg, detail::threads_for(count * cg * d.plane, index_t{1} << 15), [&](index_t a, index_t b) {
+        for (index_t pl = a; pl < b; ++pl) {  // plane pl: image pl / cg, the group's channel pl % cg
+          L* dst = xp + pl * d.plane;
+          const L* src = x + ((n0 + pl / cg) * g.c + gi * cg + pl % cg) * hw;
+          std::fill(dst, dst + g.pad[0] * d.row, zl);
+          for (index_t r = 0; r < g.h; ++r) {
+            L* rw = dst + (g.pad[0] + r) * d.row;
+            std::fill(rw, rw + g.pad[1], zl);
+            std::copy_n(src + r * g.w, g.w, rw + g.pad[1]);
+            std::fill(rw + g.pad[1] + g.w, rw + d.row, zl);
+          }
+          std::fill(dst + (g.pad[0] + g.h) * d.row, dst + d.plane, zl);
+        }
+      });
+      detail::parallel_ranges(og * count, detail::threads_for(og * count * d.len, index_t{1} << 15), [&](index_t a, index_t b) {
+        for (index_t r = a; r < b; ++r) {  // row r: channel r / count, image r % count ([og, count, len])
+          GQ* dst = gp + r * d.len;
+          const GQ* src = gq + ((n0 + r % count) * oc_all + gi * og + r / count) * p;
+          for (index_t oh = 0; oh < g.ho; ++oh) {
+            std::copy_n(src + oh * g.wo, g.wo, dst + oh * d.row);
+            std::fill(dst + oh * d.row + g.wo, dst + (oh + 1) * d.row, zg);
+          }
+          std::fill(dst + g.ho * d.row, dst + d.len, zg);
+        }
+      });
+      weight_grad_sums(gp, d.len, count * d.len, og, xp, 0, roff, cg * d.plane, k, count, d.len, static_cast<const GQ*>(nullptr),
+                       static_cast<const L*>(nullptr), 0, alpha, gw + gi * og * k, part);
+    }
+  }
 }
 
 // ---- conv2d's forward without columns ---------------------------------------------------------

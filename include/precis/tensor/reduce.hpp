@@ -72,12 +72,14 @@ struct pairwise_sum {
     ++count;
   }
   /// Eight elements at once when count is a multiple of 8: the same tree as eight push() calls.
-  void push8(const Acc* x) {
-    Acc v = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
-    int b = 3;
-    for (std::uint64_t c = count >> 3; c & 1; c >>= 1, ++b) v = level[static_cast<std::size_t>(b)] + v;
+  void push8(const Acc* x) { push_block(((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])), 3); }
+  /// The next 2^b elements at once (count a multiple of 2^b), v their sum added as push() calls
+  /// would add them: the balanced tree of the block.
+  void push_block(Acc v, int b) {
+    const std::uint64_t n = std::uint64_t{1} << b;
+    for (std::uint64_t c = count >> b; c & 1; c >>= 1, ++b) v = level[static_cast<std::size_t>(b)] + v;
     level[static_cast<std::size_t>(b)] = std::move(v);
-    count += 8;
+    count += n;
   }
   /// Combines the remaining blocks smallest first.
   Acc result() const {
@@ -93,12 +95,40 @@ struct pairwise_sum {
   }
 };
 
-/// Feeds n Acc values to a summer.
+#if PRECIS_X86_SIMD
+/// The sum of the 64 floats at x as pairwise_sum adds a block of 64 (the balanced tree: push8's
+/// blocks of eight, ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7)), then pairs of blocks), in
+/// AVX2 lanes: a horizontal add adds neighbours, and at every level the neighbours are the pairs
+/// the tree adds, so the sum is pairwise_sum's bit for bit (an addition commuted at most).
+PRECIS_TARGET_AVX2 inline float block64_sum_avx2(const float* x) {
+  __m256 p[4];  // neighbours' sums, two blocks a vector: [x0+x1, x2+x3 of both | x4+x5, x6+x7 of both]
+  for (int k = 0; k < 4; ++k) p[k] = _mm256_hadd_ps(_mm256_loadu_ps(x + 16 * k), _mm256_loadu_ps(x + 16 * k + 8));
+  // blocks 0-3: [(x0+x1)+(x2+x3) of each | (x4+x5)+(x6+x7) of each]; then blocks 4-7
+  const __m256 lo = _mm256_hadd_ps(p[0], p[1]), hi = _mm256_hadd_ps(p[2], p[3]);
+  // the eight blocks' sums s0..s7, then [s0+s1, s2+s3, .. | s4+s5, s6+s7, ..], then the halves
+  const __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+  const __m256 q = _mm256_hadd_ps(s, s);
+  const __m256 h = _mm256_hadd_ps(q, q);  // [(s0+s1)+(s2+s3) .. | (s4+s5)+(s6+s7) ..]
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+#endif
+
+/// Feeds n Acc values to a summer. Pairwise float sums take whole blocks of 64 at once in AVX2
+/// lanes where the CPU has them (block64_sum_avx2: the same sums, with a 64th of the counter's
+/// bookkeeping, which is most of a short row's cost).
 template <class Summer, class Acc>
 void push_all(Summer& sm, const Acc* x, index_t n) {
   index_t i = 0;
   if constexpr (requires { sm.push8(x); }) {
     while (i < n && (sm.count & 7) != 0) sm.push(x[i++]);
+#if PRECIS_X86_SIMD
+    if constexpr (std::is_same_v<Acc, float>) {
+      if (n - i >= 64 && cpu_has_avx2_f16c()) {
+        for (; i + 8 <= n && (sm.count & 63) != 0; i += 8) sm.push8(x + i);
+        for (; i + 64 <= n; i += 64) sm.push_block(block64_sum_avx2(x + i), 6);
+      }
+    }
+#endif
     for (; i + 8 <= n; i += 8) sm.push8(x + i);
   }
   for (; i < n; ++i) sm.push(x[i]);
