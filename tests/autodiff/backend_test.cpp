@@ -295,11 +295,29 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
   }
-  template <class GQ, class L>
-  bool weight_grad_padded(const op::conv_detail::geometry& g, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
-                          float* gw) const {
+  template <class L>
+  void pad_planes(const op::conv_detail::geometry& g, const op::conv_detail::padded_layout& d, const L* x, index_t c0, index_t cs,
+                  index_t first, index_t count, L* xp) const {
     fence::open o;
-    return op::cpu::weight_grad_padded(g, groups, oc_all, gq, x, alpha, gw);
+    op::cpu::pad_planes(g, d, x, c0, cs, first, count, xp);
+  }
+  template <class GQ>
+  void pad_output_grads(const op::conv_detail::geometry& g, const op::conv_detail::padded_layout& d, const GQ* gq, index_t oc0,
+                        index_t og, index_t oc_all, index_t first, index_t count, GQ* gp) const {
+    fence::open o;
+    op::cpu::pad_output_grads(g, d, gq, oc0, og, oc_all, first, count, gp);
+  }
+  template <class Acc>
+  void col2im_padded(const op::conv_detail::geometry& g, const op::conv_detail::padded_layout& d, const Acc* dcol, index_t c0,
+                     index_t cs, index_t first, index_t count, Acc* dxp, Acc* dx) const {
+    fence::open o;
+    op::cpu::col2im_padded(g, d, dcol, c0, cs, first, count, dxp, dx);
+  }
+  template <class GQ, class L>
+  void weight_grad_taps(const op::conv_detail::geometry& g, const op::conv_detail::padded_layout& d, const GQ* gp, index_t og,
+                        const L* xp, index_t cg, index_t count, float alpha, float* gw, float* part) const {
+    fence::open o;
+    op::cpu::weight_grad_taps(g, d, gp, og, xp, cg, count, alpha, gw, part);
   }
   template <class T>
   void fill_zero(const TensorView<T>& v) const {

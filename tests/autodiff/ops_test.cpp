@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -579,14 +580,17 @@ void expect_weight_grad_direct() {
   }
 }
 
-/// conv_detail::weight_grad_padded (a unit-stride weight gradient from padded planes, no
-/// columns) for fp32, bf16 and fp16 operands against sums in double: padding on neither, one or
-/// both axes, dilation, groups, rows that are and are not a whole number of vectors, several
-/// image batches; gw starts non-zero and alpha scales. The same bits for one thread and two,
-/// and with the AVX2 and the AVX-512 tiles. The demo CNN's second convolution takes it, its
-/// first (one input channel) keeps its columns.
+/// conv2d's backward on padded planes (unit strides, no columns), for fp32, bf16 and fp16
+/// operands: padding on neither, one or both axes, dilation, groups, rows that are and are not a
+/// whole number of vectors, several image batches.
+/// - The weight gradient (pad_planes, pad_output_grads, weight_grad_taps) against sums in double,
+///   gw starting non-zero and alpha scaling; the same bits for one thread and two, and with the
+///   AVX2 and the AVX-512 tiles.
+/// - The data gradient (the GEMM on the padded positions, then col2im_padded): the same bits as
+///   the columns' path (the GEMM on the reorganised output gradient, then col2im).
+/// The demo CNN's second convolution takes it, its first (one input channel) keeps its columns.
 template <class S>
-void expect_weight_grad_padded() {
+void expect_conv_backward_padded() {
   if (!op::conv_detail::weight_grad_direct_available()) GTEST_SKIP() << "AVX2 and FMA are not available on this CPU (or OS, or PRECIS_ISA caps them)";
   struct geometry_case {
     conv2d_options o;
@@ -605,17 +609,19 @@ void expect_weight_grad_padded() {
   for (const auto& [o, xs, ws, nb] : cases) {
     const auto g = op::conv2d::geometry_of(o, xs, ws);
     const index_t oc = ws[0], groups = o.groups, cg = ws[1], og = oc / groups, k = cg * ws[2] * ws[3], p = g.plane();
-    ASSERT_TRUE(op::conv_detail::padded_weight_grad_applies(g, groups, oc)) << xs.str() << " " << ws.str();
+    ASSERT_TRUE(op::conv_detail::padded_backward_applies(g, groups, oc)) << xs.str() << " " << ws.str();
     const op::conv_detail::padded_layout d(g);
-    std::vector<S> x(static_cast<std::size_t>(xs.numel())), gy(static_cast<std::size_t>(xs[0] * oc * p));
+    std::vector<S> x(static_cast<std::size_t>(xs.numel())), w(static_cast<std::size_t>(ws.numel())),
+        gy(static_cast<std::size_t>(xs[0] * oc * p));
     for (auto& v : x) v = static_cast<S>(u(rng));
+    for (auto& v : w) v = static_cast<S>(u(rng));
     for (auto& v : gy) v = static_cast<S>(u(rng));
     std::vector<float> gw0(static_cast<std::size_t>(oc * k));
     for (auto& v : gw0) v = u(rng);
     const float alpha = 0.5f;
-    auto run = [&](int threads) {
+    std::vector<S> xp(static_cast<std::size_t>(nb * cg * d.plane)), gp(static_cast<std::size_t>(og * nb * d.len));
+    auto weight_grad = [&](int threads) {
       std::vector<float> gw = gw0, part(static_cast<std::size_t>(op::conv_detail::weight_grad_part_size(og, k)));
-      std::vector<S> xp(static_cast<std::size_t>(nb * cg * d.plane)), gp(static_cast<std::size_t>(og * nb * d.len));
       std::vector<index_t> roff(static_cast<std::size_t>(k));
 #if defined(_OPENMP)
       const int before = omp_get_max_threads();
@@ -623,21 +629,28 @@ void expect_weight_grad_padded() {
 #else
       (void)threads;
 #endif
-      op::conv_detail::weight_grad_padded(g, d, groups, oc, gy.data(), x.data(), alpha, gw.data(), nb, xp.data(), gp.data(), part.data(),
-                                          roff.data());
+      for (index_t n0 = 0; n0 < xs[0]; n0 += nb) {
+        const index_t count = std::min(nb, xs[0] - n0);
+        for (index_t gi = 0; gi < groups; ++gi) {
+          op::conv_detail::pad_planes(g, d, x.data(), gi * cg, cg, n0, count, xp.data());
+          op::conv_detail::pad_output_grads(g, d, gy.data(), gi * og, og, oc, n0, count, gp.data());
+          op::conv_detail::weight_grad_taps(g, d, gp.data(), og, xp.data(), cg, count, alpha, gw.data() + gi * og * k, part.data(),
+                                            roff.data());
+        }
+      }
 #if defined(_OPENMP)
       omp_set_num_threads(before);
 #endif
       return gw;
     };
     const std::string at = "x " + xs.str() + ", w " + ws.str();
-    const auto gw = run(1);
-    EXPECT_EQ(run(2), gw) << at;
+    const auto gw = weight_grad(1);
+    EXPECT_EQ(weight_grad(2), gw) << at;
     for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
       if (isa > gemm_isa_available()) continue;
       const gemm_isa before = limit_gemm_isa(isa);
-      EXPECT_EQ(run(1), gw) << to_string(isa) << ", " << at;
-      EXPECT_EQ(run(2), gw) << to_string(isa) << ", 2 threads, " << at;
+      EXPECT_EQ(weight_grad(1), gw) << to_string(isa) << ", " << at;
+      EXPECT_EQ(weight_grad(2), gw) << to_string(isa) << ", 2 threads, " << at;
       limit_gemm_isa(before);
     }
     const double gam = bounds::gamma(static_cast<double>(xs[0] * p + 2), unit_roundoff<float>());
@@ -646,7 +659,7 @@ void expect_weight_grad_padded() {
       for (index_t ci = 0; ci < cg; ++ci)
         for (index_t i = 0; i < ws[2]; ++i)
           for (index_t j = 0; j < ws[3]; ++j) {
-            double s = 0, a = 0;
+            double sum = 0, mag = 0;
             for (index_t n = 0; n < xs[0]; ++n)
               for (index_t oh = 0; oh < g.ho; ++oh)
                 for (index_t ow = 0; ow < g.wo; ++ow) {
@@ -655,26 +668,47 @@ void expect_weight_grad_padded() {
                   const index_t ch = (f / og) * cg + ci;
                   const double v = val(gy[static_cast<std::size_t>(((n * oc + f) * g.ho + oh) * g.wo + ow)]) *
                                    val(x[static_cast<std::size_t>(((n * xs[1] + ch) * xs[2] + ih) * xs[3] + iw)]);
-                  s += v;
-                  a += std::abs(v);
+                  sum += v;
+                  mag += std::abs(v);
                 }
             const auto e = static_cast<std::size_t>(((f * cg + ci) * ws[2] + i) * ws[3] + j);
-            ASSERT_NEAR(gw[e], gw0[e] + alpha * s, gam * (std::abs(gw0[e]) + alpha * a))
+            ASSERT_NEAR(gw[e], gw0[e] + alpha * sum, gam * (std::abs(gw0[e]) + alpha * mag))
                 << "f " << f << ", c " << ci << ", tap " << i << " " << j << ", " << at;
           }
+    // the data gradient both ways, batch by batch and group by group, into zeros
+    std::vector<float> dx_cols(x.size(), 0.0f), dx_pad(x.size(), 0.0f), dcol(static_cast<std::size_t>(k * nb * p)),
+        dcp(static_cast<std::size_t>(k * nb * d.len)), dxp(static_cast<std::size_t>(nb * cg * d.plane));
+    std::vector<S> gm(static_cast<std::size_t>(og * nb * p));
+    for (index_t n0 = 0; n0 < xs[0]; n0 += nb) {
+      const index_t count = std::min(nb, xs[0] - n0);
+      for (index_t gi = 0; gi < groups; ++gi) {
+        const TensorView<const S> wt = TensorView<const S>(w.data() + gi * og * k, Shape{og, k}).transpose();
+        for (index_t f = 0; f < og; ++f)
+          for (index_t b = 0; b < count; ++b)
+            std::copy_n(gy.data() + ((n0 + b) * oc + gi * og + f) * p, p, gm.data() + (f * count + b) * p);
+        precis::gemm(1.0f, wt, TensorView<const S>(gm.data(), Shape{og, count * p}), 0.0f, TensorView<float>(dcol.data(), Shape{k, count * p}));
+        op::conv_detail::col2im(g, dcol.data(), gi * cg, cg, n0, count, dx_cols.data());
+        op::conv_detail::pad_output_grads(g, d, gy.data(), gi * og, og, oc, n0, count, gp.data());
+        precis::gemm(1.0f, wt, TensorView<const S>(gp.data(), Shape{og, count * d.len}), 0.0f,
+                     TensorView<float>(dcp.data(), Shape{k, count * d.len}));
+        op::conv_detail::col2im_padded(g, d, dcp.data(), gi * cg, cg, n0, count, dxp.data(), dx_pad.data());
+      }
+    }
+    for (std::size_t i = 0; i < dx_cols.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(dx_pad[i]), std::bit_cast<std::uint32_t>(dx_cols[i])) << "dx " << i << ", " << at;
   }
   // the demo CNN: conv1 (1 channel, 28 x 28, 16 filters) keeps its columns, conv2 pads
   const conv2d_options same{{1, 1}, {1, 1}, {1, 1}, 1};
-  EXPECT_FALSE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of(same, Shape{128, 1, 28, 28}, Shape{16, 1, 3, 3}), 1, 16));
-  EXPECT_TRUE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of(same, Shape{128, 16, 14, 14}, Shape{32, 16, 3, 3}), 1, 32));
+  EXPECT_FALSE(op::conv_detail::padded_backward_applies(op::conv2d::geometry_of(same, Shape{128, 1, 28, 28}, Shape{16, 1, 3, 3}), 1, 16));
+  EXPECT_TRUE(op::conv_detail::padded_backward_applies(op::conv2d::geometry_of(same, Shape{128, 16, 14, 14}, Shape{32, 16, 3, 3}), 1, 32));
   // strided sweeps keep their columns
-  EXPECT_FALSE(op::conv_detail::padded_weight_grad_applies(op::conv2d::geometry_of({{2, 1}, {1, 1}, {1, 1}, 1}, Shape{2, 16, 14, 14},
-                                                                                  Shape{32, 16, 3, 3}), 1, 32));
+  EXPECT_FALSE(op::conv_detail::padded_backward_applies(
+      op::conv2d::geometry_of({{2, 1}, {1, 1}, {1, 1}, 1}, Shape{2, 16, 14, 14}, Shape{32, 16, 3, 3}), 1, 32));
 }
 
-TEST(OpLayerReference, Conv2dWeightGradientPaddedFloat) { expect_weight_grad_padded<float>(); }
-TEST(OpLayerReference, Conv2dWeightGradientPaddedBfloat16) { expect_weight_grad_padded<bfloat16>(); }
-TEST(OpLayerReference, Conv2dWeightGradientPaddedHalf) { expect_weight_grad_padded<half>(); }
+TEST(OpLayerReference, Conv2dBackwardPaddedFloat) { expect_conv_backward_padded<float>(); }
+TEST(OpLayerReference, Conv2dBackwardPaddedBfloat16) { expect_conv_backward_padded<bfloat16>(); }
+TEST(OpLayerReference, Conv2dBackwardPaddedHalf) { expect_conv_backward_padded<half>(); }
 
 TEST(OpLayerReference, Conv2dWeightGradientDirectFloat) { expect_weight_grad_direct<float>(); }
 TEST(OpLayerReference, Conv2dWeightGradientDirectBfloat16) { expect_weight_grad_direct<bfloat16>(); }

@@ -163,28 +163,54 @@ struct conv2d : def<policy::safety::low_precision_safe> {
     const auto gq = detail::ad::grad_operand<T>(ctx, gy, sv.sc, sg);
     using GQ = detail::remove_const_t<std::remove_pointer_t<decltype(gq.data())>>;
     // the weight gradient straight from gy and the columns where the types allow
-    // (conv_detail::weight_grad_direct), or, for unit strides and many taps, straight from gy and
-    // x laid on padded planes, with no columns (conv_detail::weight_grad_padded, done here);
-    // the GEMMs read gy reorganised as [og, images * p]
+    // (conv_detail::weight_grad_direct); the GEMMs read gy reorganised as [og, images * p]
     constexpr bool direct_types = Ctx::template weight_grad_direct_types<Acc, L, GQ>;
-    bool direct_w = false, padded_w = false;
+    bool direct_w = false, padded = false;
     if constexpr (direct_types) {
       direct_w = want_w && ctx.weight_grad_direct_available();
-      if (direct_w && !sv.cols) {
-        padded_w = ctx.weight_grad_padded(g, groups, oc_all, gq.data(), sv.x.data(),
-                                          static_cast<float>(fp8::descale(sv.sc.s0, sg).value), gw_acc.data());
+      // unit strides and many taps: x and gy laid on zero-padded planes, every tap a plain
+      // offset into them (conv_detail::padded_layout): no columns
+      padded = !sv.cols && ctx.weight_grad_direct_available() && ctx.padded_backward_applies(g, groups, oc_all);
+    }
+    if constexpr (direct_types) {
+      if (padded) {
+        const conv_detail::padded_layout d(g);
+        const index_t nbp = conv_detail::padded_images_per_batch(g, d, k);
+        const auto xp = want_w ? ctx.template temp<L>(Shape{nbp * cg * d.plane}) : TensorView<L>();
+        const auto gp = ctx.template temp<GQ>(Shape{og * nbp * d.len});
+        const auto dcp = want_x ? ctx.template temp<Acc>(Shape{k, nbp * d.len}) : TensorView<Acc>();
+        const auto dxp = want_x ? ctx.template temp<Acc>(Shape{nbp * cg * d.plane}) : TensorView<Acc>();
+        const auto part = want_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
+        for (index_t n0 = 0; n0 < g.n; n0 += nbp) {
+          const index_t count = std::min(nbp, g.n - n0), cols = count * d.len;
+          for (index_t gi = 0; gi < groups; ++gi) {
+            if (want_b) {
+              ctx.conv_output_grads(gq.data(), gy.data(), gi * og, og, oc_all, n0, count, p, static_cast<GQ*>(nullptr), gb_acc.data() + gi * og);
+            }
+            ctx.pad_output_grads(g, d, gq.data(), gi * og, og, oc_all, n0, count, gp.data());
+            if (want_w) {  // dW_g += the taps' sums of gp and the padded planes
+              ctx.pad_planes(g, d, sv.x.data(), gi * cg, cg, n0, count, xp.data());
+              ctx.weight_grad_taps(g, d, gp.data(), og, xp.data(), cg, count, static_cast<float>(fp8::descale(sv.sc.s0, sg).value),
+                                   gw_acc.data() + gi * og * k, part.data());
+            }
+            if (want_x) {  // dcol = W_g^T dY_g on the padded positions, added back tap by tap
+              ctx.gemm(TensorView<Acc>(dcp.data(), Shape{k, cols}), TensorView<const L>(sv.w.data() + gi * og * k, Shape{og, k}).transpose(),
+                       TensorView<const GQ>(gp.data(), Shape{og, cols}), false, fp8::descale(sv.sc.s1, sg));
+              ctx.col2im_padded(g, d, dcp.data(), gi * cg, cg, n0, count, dxp.data(), gx_sum);
+            }
+          }
+        }
       }
     }
-    const bool cols_w = want_w && !padded_w;  // the batches below compute the weight gradient
-    const auto col = cols_w && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
-    const auto dcol = want_x ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
-    const bool tiles_w = direct_w && !padded_w;
+    const auto col = want_w && !padded && !sv.cols ? ctx.template temp<L>(Shape{k, nb * p}) : TensorView<L>();
+    const auto dcol = want_x && !padded ? ctx.template temp<Acc>(Shape{k, nb * p}) : TensorView<Acc>();
+    const bool tiles_w = direct_w && !padded;
     const auto part = tiles_w ? ctx.template temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)}) : TensorView<float>();
     const index_t tail = tiles_w ? conv_detail::weight_grad_tail_len(nb, p) : 0;
     const auto tail_g = ctx.template temp<GQ>(Shape{og * tail});
     const auto tail_c = ctx.template temp<L>(Shape{k * tail});
-    const auto gyg = ctx.template temp<GQ>(Shape{og, nb * p});
-    for (index_t n0 = 0; n0 < g.n; n0 += nb) {
+    const auto gyg = ctx.template temp<GQ>(Shape{og, padded ? 0 : nb * p});
+    for (index_t n0 = 0; n0 < (padded ? 0 : g.n); n0 += nb) {
       const index_t count = std::min(nb, g.n - n0), cols = count * p;
       for (index_t gi = 0; gi < groups; ++gi) {
         const bool need_gm = want_x || (want_w && !direct_w);
@@ -192,7 +218,7 @@ struct conv2d : def<policy::safety::low_precision_safe> {
         ctx.conv_output_grads(gq.data(), gy.data(), gi * og, og, oc_all, n0, count, p, need_gm ? gyg.data() : nullptr,
                               want_b ? gb_acc.data() + gi * og : nullptr);
         const TensorView<const GQ> gm(gyg.data(), Shape{og, cols});
-        if (cols_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
+        if (want_w) {  // dW_g^T += col dY_g^T: the long operand (col, K = cols) packs row by row
           const L* cg_cols = sv.cols ? sv.cols + gi * k * cols : col.data();
           if (!sv.cols) ctx.im2col(g, sv.x.data(), gi * cg, cg, n0, count, col.data());
           const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sg);

@@ -910,24 +910,35 @@ class cpu : public fresh_tracking<cpu> {
                           float* gw, float* part, GQ* tail_g, L* tail_c) const {
     conv_detail::weight_grad_direct(g, gs, og, col, k, count, p, alpha, gw, part, tail_g, tail_c);
   }
-  /// conv2d's whole weight gradient from padded planes, without columns, where it applies
-  /// (conv_detail::padded_weight_grad_applies: unit strides, many taps; and this CPU has AVX2 and
-  /// FMA): gw [oc_all, C / groups, kh, kw] (fp32) += alpha times the sums of gq [N, oc_all, Ho,
-  /// Wo] with x [N, C, H, W] under each tap (conv_detail::weight_grad_padded says in what order).
-  /// False: it did not apply (nothing written).
+  /// Whether conv2d's backward takes the padded planes (conv_detail::padded_backward_applies:
+  /// unit strides, many taps); with the kernels below, for operand types of weight_grad_direct's.
+  static bool padded_backward_applies(const conv_detail::geometry& g, index_t groups, index_t oc_all) {
+    return conv_detail::padded_backward_applies(g, groups, oc_all);
+  }
+  /// conv_detail::pad_planes, pad_output_grads and col2im_padded (their comments say what they
+  /// compute).
+  template <class L>
+  void pad_planes(const conv_detail::geometry& g, const conv_detail::padded_layout& d, const L* x, index_t c0, index_t cs,
+                  index_t first, index_t count, L* xp) const {
+    conv_detail::pad_planes(g, d, x, c0, cs, first, count, xp);
+  }
+  template <class GQ>
+  void pad_output_grads(const conv_detail::geometry& g, const conv_detail::padded_layout& d, const GQ* gq, index_t oc0, index_t og,
+                        index_t oc_all, index_t first, index_t count, GQ* gp) const {
+    conv_detail::pad_output_grads(g, d, gq, oc0, og, oc_all, first, count, gp);
+  }
+  template <class Acc>
+  void col2im_padded(const conv_detail::geometry& g, const conv_detail::padded_layout& d, const Acc* dcol, index_t c0, index_t cs,
+                     index_t first, index_t count, Acc* dxp, Acc* dx) const {
+    conv_detail::col2im_padded(g, d, dcol, c0, cs, first, count, dxp, dx);
+  }
+  /// conv_detail::weight_grad_taps (part: weight_grad_part_size floats; its tap offsets are
+  /// scratch of this call's).
   template <class GQ, class L>
-  bool weight_grad_padded(const conv_detail::geometry& g, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
-                          float* gw) const {
-    if (!conv_detail::weight_grad_direct_available() || !conv_detail::padded_weight_grad_applies(g, groups, oc_all)) return false;
-    const conv_detail::padded_layout d(g);
-    const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw;
-    const index_t nb = conv_detail::padded_images_per_batch(g, d, groups, oc_all);
-    const auto xp = temp<L>(Shape{nb * cg * d.plane});
-    const auto gp = temp<GQ>(Shape{og * nb * d.len});
-    const auto part = temp<float>(Shape{conv_detail::weight_grad_part_size(og, k)});
-    index_t* roff = temp_->template allocate_array<index_t>(static_cast<std::size_t>(k));
-    conv_detail::weight_grad_padded(g, d, groups, oc_all, gq, x, alpha, gw, nb, xp.data(), gp.data(), part.data(), roff);
-    return true;
+  void weight_grad_taps(const conv_detail::geometry& g, const conv_detail::padded_layout& d, const GQ* gp, index_t og, const L* xp,
+                        index_t cg, index_t count, float alpha, float* gw, float* part) const {
+    index_t* roff = temp_->template allocate_array<index_t>(static_cast<std::size_t>(cg * g.kh * g.kw));
+    conv_detail::weight_grad_taps(g, d, gp, og, xp, cg, count, alpha, gw, part, roff);
   }
 
   /// v (contiguous) = zeros.

@@ -175,7 +175,7 @@ PRECIS_TARGET_AVX2 inline __m256 load8_f32(const S* p) {
 }
 
 /// Where row t of the weight gradient's second operand starts: t crs values in, or roff[t]
-/// where the rows are not evenly spaced (the taps of padded planes: weight_grad_padded).
+/// where the rows are not evenly spaced (the taps of padded planes: weight_grad_taps).
 inline index_t wg_row(const index_t* roff, index_t crs, index_t t) { return roff != nullptr ? roff[t] : t * crs; }
 
 /// Tiles [t0, t1) of the weight gradient's partial sums: for rows o < og of g and t < k of col,
@@ -410,20 +410,22 @@ inline index_t images_per_batch(index_t n, index_t k, index_t plane, index_t bud
   return std::max<index_t>(1, std::min<index_t>(n, budget / per));
 }
 
-// ---- conv2d's weight gradient from padded planes ----------------------------------------------
+// ---- conv2d's backward on padded planes --------------------------------------------------------
 //
 // With many taps (k = C / groups * kh * kw: conv2's 144 in the demo CNN) the columns are k times
-// the input: weight_grad_direct's im2col wrote and read 14 MiB a batch of 128 images there. For
-// a unit-stride convolution every tap is a plain offset into zero-padded planes instead, once
-// the output gradient lies on the padded rows too: tap (i, j) of output position oh row + ow
-// reads the padded input `offset(i, j)` further on. So the tiles read the padded input planes
-// (c kh kw rows per channel, all pointing into one plane) and the padded output gradient in
-// place, with no columns.
+// the input: the weight gradient's im2col wrote and read 14 MiB a batch of 128 images there, and
+// the data gradient's col2im scattered as much back, row by row, each row bounded by the edges.
+// For a unit-stride convolution every tap is a plain offset into zero-padded planes instead,
+// once the output gradient lies on the padded rows too: tap (i, j) of output position oh row +
+// ow reads the padded input `offset(i, j)` further on. So the weight gradient's tiles read the
+// padded input planes (c kh kw rows per channel, all pointing into one plane) and the padded
+// output gradient in place, and the data gradient's GEMM writes its columns on the padded
+// positions, each tap's row added into the padded plane at its offset in one contiguous run.
 
-/// The zero-padded planes of weight_grad_padded: rows of `row` = W + 2 pad[1] values, the input
-/// at row pad[0], column pad[1]; the output gradient on the same rows (zeros at ow >= wo and
-/// past the last output row), `len` positions an image (ho row rounded up to whole vectors of
-/// 8); each input plane holds `plane` values, so that every tap's run of len values lies in it.
+/// The zero-padded planes of conv2d's padded backward: rows of `row` = W + 2 pad[1] values, the
+/// input at row pad[0], column pad[1]; the output gradient on the same rows (zeros at ow >= wo
+/// and past the last output row), `len` positions an image (ho row rounded up to whole vectors
+/// of 8); each input plane holds `plane` values, so that every tap's run of len values lies in it.
 struct padded_layout {
   index_t row, len, plane;
   explicit padded_layout(const geometry& g)
@@ -433,72 +435,118 @@ struct padded_layout {
   index_t offset(const geometry& g, index_t i, index_t j) const { return i * g.dil[0] * row + j * g.dil[1]; }
 };
 
-/// Whether conv2d's weight gradient takes the padded planes (weight_grad_padded): unit strides,
-/// and the columns larger than the two padded copies (per image and group: k p values against
-/// og len + cg plane). conv1 of the demo CNN (one channel, 9 taps) keeps its columns; conv2
-/// (16 channels, 144 taps) pads.
-inline bool padded_weight_grad_applies(const geometry& g, index_t groups, index_t oc_all) {
+/// Whether conv2d's backward takes the padded planes: unit strides, and the columns larger than
+/// the padded copies of the input and the output gradient (per image and group: k p values
+/// against og len + cg plane). conv1 of the demo CNN (one channel, 9 taps) keeps its columns;
+/// conv2 (16 channels, 144 taps) pads.
+inline bool padded_backward_applies(const geometry& g, index_t groups, index_t oc_all) {
   if (g.stride[0] != 1 || g.stride[1] != 1 || g.ho < 1 || g.wo < 1) return false;
   const padded_layout d(g);
   const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw;
   return k * g.plane() > og * d.len + cg * d.plane;
 }
 
-/// Images per batch of weight_grad_padded: their padded planes and output gradients within
-/// column_batch_elements (one group's at a time).
-inline index_t padded_images_per_batch(const geometry& g, const padded_layout& d, index_t groups, index_t oc_all) {
-  return images_per_batch(g.n, 1, g.c / groups * d.plane + oc_all / groups * d.len);
+/// Images per batch of the padded backward: the data gradient's columns on the padded
+/// positions (k len values an image) within 2^17 values (512 KiB of fp32), so that the GEMM's
+/// output is still in a core's L2 when col2im_padded adds it back (the demo CNN's conv2: 4
+/// images; with the columns' batches of 18 its fwd + bwd took about a tenth longer here:
+/// docs/benchmarks.md). The weight gradient's sums follow the same batches: the batch size
+/// depends on the shapes only.
+inline index_t padded_images_per_batch(const geometry& g, const padded_layout& d, index_t k) {
+  return images_per_batch(g.n, k, d.len, index_t{1} << 17);
 }
 
-/// conv2d's weight gradient for a unit-stride convolution from padded planes: gw [oc_all, cg, kh,
-/// kw] (fp32, contiguous) += alpha * sum over images and output positions of gy * the input
-/// under the tap, the sums of weight_grad_sums (eight fp32 lanes, images in order, lanes added
-/// pairwise), batch after batch of nb images, group after group. The positions past each output
-/// row and past the last (gy's zeros there) multiply values of the padded input: where the
-/// input holds an infinity or a NaN, its channel's weight gradients are NaN for every tap, not
-/// only for the taps whose windows reach it. Scratch: xp (nb cg plane values of L), gp (og nb len
-/// of GQ), part (weight_grad_part_size), roff (k). Needs weight_grad_direct_available().
+/// xp [count, cs, plane] = channels c0..c0+cs of images first..first+count of x [N, C, H, W], each
+/// on its zero-padded plane.
+template <class L>
+void pad_planes(const geometry& g, const padded_layout& d, const L* x, index_t c0, index_t cs, index_t first, index_t count, L* xp) {
+  const L zero = static_cast<L>(0.0f);
+  const index_t hw = g.h * g.w;
+  detail::parallel_ranges(count * cs, detail::threads_for(count * cs * d.plane, index_t{1} << 15), [&](index_t a, index_t b) {
+    for (index_t pl = a; pl < b; ++pl) {  // image pl / cs, channel pl % cs
+      L* dst = xp + pl * d.plane;
+      const L* src = x + ((first + pl / cs) * g.c + c0 + pl % cs) * hw;
+      std::fill(dst, dst + g.pad[0] * d.row, zero);
+      for (index_t r = 0; r < g.h; ++r) {
+        L* rw = dst + (g.pad[0] + r) * d.row;
+        std::fill(rw, rw + g.pad[1], zero);
+        std::copy_n(src + r * g.w, g.w, rw + g.pad[1]);
+        std::fill(rw + g.pad[1] + g.w, rw + d.row, zero);
+      }
+      std::fill(dst + (g.pad[0] + g.h) * d.row, dst + d.plane, zero);
+    }
+  });
+}
+
+/// gp [og, count, len] = channels oc0..oc0+og of images first..first+count of the output
+/// gradient gq [N, oc_all, Ho, Wo] on the padded rows (zeros past each row's wo outputs and past
+/// the last row).
+template <class GQ>
+void pad_output_grads(const geometry& g, const padded_layout& d, const GQ* gq, index_t oc0, index_t og, index_t oc_all, index_t first,
+                      index_t count, GQ* gp) {
+  const GQ zero = static_cast<GQ>(0.0f);
+  const index_t p = g.plane();
+  detail::parallel_ranges(og * count, detail::threads_for(og * count * d.len, index_t{1} << 15), [&](index_t a, index_t b) {
+    for (index_t r = a; r < b; ++r) {  // channel r / count, image r % count
+      GQ* dst = gp + r * d.len;
+      const GQ* src = gq + ((first + r % count) * oc_all + oc0 + r / count) * p;
+      for (index_t oh = 0; oh < g.ho; ++oh) {
+        std::copy_n(src + oh * g.wo, g.wo, dst + oh * d.row);
+        std::fill(dst + oh * d.row + g.wo, dst + (oh + 1) * d.row, zero);
+      }
+      std::fill(dst + g.ho * d.row, dst + d.len, zero);
+    }
+  });
+}
+
+/// The weight gradient from padded planes: gw [og, cg kh kw] (fp32) += alpha * the sums over
+/// count images and len positions of gp [og, count, len] (pad_output_grads) times xp [count, cg,
+/// plane] (pad_planes) under each tap, by weight_grad_sums (eight fp32 lanes, images in order,
+/// lanes added pairwise). The positions past each output row and past the last (gp's zeros)
+/// multiply values of the padded input: where the input holds an infinity or a NaN, its
+/// channel's weight gradients are NaN for every tap, not only for the taps whose windows reach
+/// it. roff: k offsets of scratch; part: weight_grad_part_size floats. Needs
+/// weight_grad_direct_available().
 template <class GQ, class L>
-void weight_grad_padded(const geometry& g, const padded_layout& d, index_t groups, index_t oc_all, const GQ* gq, const L* x, float alpha,
-                        float* gw, index_t nb, L* xp, GQ* gp, float* part, index_t* roff) {
-  const index_t cg = g.c / groups, og = oc_all / groups, k = cg * g.kh * g.kw, p = g.plane(), hw = g.h * g.w;
+void weight_grad_taps(const geometry& g, const padded_layout& d, const GQ* gp, index_t og, const L* xp, index_t cg, index_t count,
+                      float alpha, float* gw, float* part, index_t* roff) {
+  const index_t k = cg * g.kh * g.kw;
   for (index_t c = 0, t = 0; c < cg; ++c)
     for (index_t i = 0; i < g.kh; ++i)
       for (index_t j = 0; j < g.kw; ++j, ++t) roff[t] = c * d.plane + d.offset(g, i, j);
-  const L zl = static_cast<L>(0.0f);
-  const GQ zg = static_cast<GQ>(0.0f);
-  for (index_t n0 = 0; n0 < g.n; n0 += nb) {
-    const index_t count = std::min(nb, g.n - n0);
-    for (index_t gi = 0; gi < groups; ++gi) {
-      detail::parallel_ranges(count * cg, detail::threads_for(count * cg * d.plane, index_t{1} << 15), [&](index_t a, index_t b) {
-        for (index_t pl = a; pl < b; ++pl) {  // plane pl: image pl / cg, the group's channel pl % cg
-          L* dst = xp + pl * d.plane;
-          const L* src = x + ((n0 + pl / cg) * g.c + gi * cg + pl % cg) * hw;
-          std::fill(dst, dst + g.pad[0] * d.row, zl);
-          for (index_t r = 0; r < g.h; ++r) {
-            L* rw = dst + (g.pad[0] + r) * d.row;
-            std::fill(rw, rw + g.pad[1], zl);
-            std::copy_n(src + r * g.w, g.w, rw + g.pad[1]);
-            std::fill(rw + g.pad[1] + g.w, rw + d.row, zl);
-          }
-          std::fill(dst + (g.pad[0] + g.h) * d.row, dst + d.plane, zl);
+  weight_grad_sums(gp, d.len, count * d.len, og, xp, 0, roff, cg * d.plane, k, count, d.len, static_cast<const GQ*>(nullptr),
+                   static_cast<const L*>(nullptr), 0, alpha, gw, part);
+}
+
+/// col2im on padded positions: dx [N, C, H, W] (Acc) += the column gradients dcol [cs kh kw, count
+/// len] (rows in (c, i, j) order, each image's len padded positions) of channels c0..c0+cs of
+/// images first..first+count. Each plane is summed on its padded plane in dxp (count cs plane
+/// values of scratch), tap after tap in (i, j) order, each tap one contiguous run at its offset,
+/// and its inside added into dx once: the additions col2im makes, in its order, plus the
+/// positions past the rows, whose column gradients are those of zero output gradients (+-0 when
+/// the weights are finite; they change no sum).
+template <class Acc>
+void col2im_padded(const geometry& g, const padded_layout& d, const Acc* dcol, index_t c0, index_t cs, index_t first, index_t count,
+                   Acc* dxp, Acc* dx) {
+  const index_t cols = count * d.len, hw = g.h * g.w;
+  detail::parallel_ranges(count * cs, detail::threads_for(count * cs * g.kh * g.kw * d.len, index_t{1} << 15), [&](index_t a, index_t b) {
+    for (index_t pl = a; pl < b; ++pl) {  // image pl / cs, channel pl % cs
+      const index_t im = pl / cs, c = pl % cs;
+      Acc* acc = dxp + pl * d.plane;
+      std::fill(acc, acc + d.plane, Acc(0));
+      for (index_t i = 0; i < g.kh; ++i)
+        for (index_t j = 0; j < g.kw; ++j) {
+          const Acc* src = dcol + ((c * g.kh + i) * g.kw + j) * cols + im * d.len;
+          Acc* dst = acc + d.offset(g, i, j);
+          PRECIS_IVDEP for (index_t q = 0; q < d.len; ++q) dst[q] += src[q];
         }
-      });
-      detail::parallel_ranges(og * count, detail::threads_for(og * count * d.len, index_t{1} << 15), [&](index_t a, index_t b) {
-        for (index_t r = a; r < b; ++r) {  // row r: channel r / count, image r % count ([og, count, len])
-          GQ* dst = gp + r * d.len;
-          const GQ* src = gq + ((n0 + r % count) * oc_all + gi * og + r / count) * p;
-          for (index_t oh = 0; oh < g.ho; ++oh) {
-            std::copy_n(src + oh * g.wo, g.wo, dst + oh * d.row);
-            std::fill(dst + oh * d.row + g.wo, dst + (oh + 1) * d.row, zg);
-          }
-          std::fill(dst + g.ho * d.row, dst + d.len, zg);
-        }
-      });
-      weight_grad_sums(gp, d.len, count * d.len, og, xp, 0, roff, cg * d.plane, k, count, d.len, static_cast<const GQ*>(nullptr),
-                       static_cast<const L*>(nullptr), 0, alpha, gw + gi * og * k, part);
+      Acc* out = dx + ((first + im) * g.c + c0 + c) * hw;
+      for (index_t r = 0; r < g.h; ++r) {
+        const Acc* in = acc + (g.pad[0] + r) * d.row + g.pad[1];
+        PRECIS_IVDEP for (index_t q = 0; q < g.w; ++q) out[r * g.w + q] += in[q];
+      }
     }
-  }
+  });
 }
 
 // ---- conv2d's forward without columns ---------------------------------------------------------
