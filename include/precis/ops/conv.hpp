@@ -12,6 +12,10 @@
 // fp32 accumulator (and float, bfloat16 or half operands) on a CPU with AVX2 and FMA, the
 // weight gradient is not a GEMM: op::cpu::weight_grad_direct reads the output gradient and the
 // columns in place (a GEMM would pack both, each packed value used only O or C kh kw times).
+// There, for unit strides and many taps, the backward makes no columns at all: x and the output
+// gradient are laid on zero-padded rows, on which every tap is a plain offset (the weight
+// gradient's tiles read them in place; the data gradient's GEMM writes the padded positions and
+// op::cpu::col2im_padded adds each tap back in one run, the bits of col2im).
 //
 // The definitions keep the algorithm (column batches, groups, GEMMs) and reach memory only
 // through their context (context_only): im2col, col2im, the output's bias and rounding, the
