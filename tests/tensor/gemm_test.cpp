@@ -585,8 +585,7 @@ std::uint32_t pair_bits(bfloat16 lo, bfloat16 hi) {
 }
 
 #if PRECIS_X86_SIMD
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void vdpbf16ps_16(float* c, const std::uint32_t* a,
-                                                                        const std::uint32_t* b) {
+PRECIS_TARGET_AVX512_BF16 void vdpbf16ps_16(float* c, const std::uint32_t* a, const std::uint32_t* b) {
   const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(c), reinterpret_cast<__m512bh>(_mm512_loadu_si512(a)),
                                     reinterpret_cast<__m512bh>(_mm512_loadu_si512(b)));
   _mm512_storeu_ps(c, r);

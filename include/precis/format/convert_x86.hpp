@@ -24,8 +24,15 @@
 // Functions compiled for AVX2/F16C/FMA whatever the translation unit's flags (also used by the
 // GEMM kernels); only called after a run-time CPU check.
 #define PRECIS_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+#if defined(PRECIS_AVX512_EMULATION)
+// A test build whose AVX-512 intrinsics are emulated with AVX2 (tests/isa_emulation): the
+// AVX-512 functions are compiled for AVX2, so the compiler emits no AVX-512 instruction itself.
+#define PRECIS_TARGET_AVX512 PRECIS_TARGET_AVX2
+#define PRECIS_TARGET_AVX512_BF16 PRECIS_TARGET_AVX2
+#else
 #define PRECIS_TARGET_AVX512 __attribute__((target("avx512f,avx2,f16c,fma")))
 #define PRECIS_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,f16c,fma")))
+#endif
 
 namespace precis::detail {
 
@@ -77,6 +84,9 @@ inline int cpu_isa_level() {
     if (!(f16c && avx && osxsave)) return 0;
     if ((xcr0() & 0x6u) != 0x6u) return 0;                  // XMM and YMM state saved by the OS
     if (((cpuid(7)[1] >> 5) & 1u) == 0) return 0;           // AVX2
+#if defined(PRECIS_AVX512_EMULATION)
+    if (fma) return 2;  // the test build's emulated AVX-512 runs wherever AVX2, FMA and F16C do
+#endif
     if (!fma || ((cpuid(7)[1] >> 16) & 1u) == 0) return 1;  // AVX-512F
     return (xcr0() & 0xE6u) == 0xE6u ? 2 : 1;               // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
   }();
@@ -94,6 +104,9 @@ inline bool cpu_has_avx512f() { return isa_cap() >= 2 && cpu_isa_level() >= 2; }
 inline bool cpu_has_avx512_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
+#if defined(PRECIS_AVX512_EMULATION)
+    return true;
+#endif
     const auto l7 = cpuid(7);
     if (((l7[1] >> 30) & 3u) != 3u) return false;
     if (l7[0] < 1) return false;  // no sub-leaf 1

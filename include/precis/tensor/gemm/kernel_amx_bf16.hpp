@@ -63,6 +63,9 @@ namespace precis::detail {
 inline bool cpu_has_amx_bf16() {
   static const bool ok = [] {
     if (!cpu_has_avx512_bf16()) return false;
+#if defined(PRECIS_AVX512_EMULATION)
+    return false;  // AMX is not emulated
+#endif
     const unsigned d = cpuid(7)[3];
     if (((d >> 22) & 1u) == 0 || ((d >> 24) & 1u) == 0) return false;
     if ((xcr0() & (3u << 17)) != (3u << 17)) return false;

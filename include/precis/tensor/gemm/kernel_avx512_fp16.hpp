@@ -30,8 +30,10 @@
 
 // Compilers whose <immintrin.h> declares the AVX512-FP16 intrinsics and _Float16 for a
 // function's target attribute: GCC from 12; others (Clang 14 has neither without
-// -mavx512fp16) when the whole translation unit targets AVX512-FP16.
-#if PRECIS_X86_SIMD && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__))
+// -mavx512fp16) when the whole translation unit targets AVX512-FP16. Not in a test build that
+// emulates AVX-512 (PRECIS_AVX512_EMULATION), which does not emulate AVX512-FP16.
+#if PRECIS_X86_SIMD && !defined(PRECIS_AVX512_EMULATION) && \
+    ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__))
 #define PRECIS_AVX512_FP16_KERNEL 1
 #else
 #define PRECIS_AVX512_FP16_KERNEL 0
