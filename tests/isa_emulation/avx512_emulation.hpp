@@ -12,8 +12,8 @@
 //   versions neither flush denormals nor order the two products as the hardware does).
 // - PRECIS_AVX512_EMULATION tells precis to compile its AVX-512 functions for AVX2 (their
 //   target attributes would otherwise let the compiler emit AVX-512 instructions itself) and to
-//   report AVX-512F and AVX512-BF16 as usable wherever AVX2, FMA and F16C are. AMX and
-//   AVX512-FP16 stay unavailable (their kernels are not emulated).
+//   report AVX-512F, AVX512-BF16 and (GCC 12 or later) AVX512-FP16 as usable wherever AVX2, FMA
+//   and F16C are. AMX stays unavailable (its tiles are not emulated).
 //
 // The binary is compiled with -mavx2 -mfma -mf16c and exits 77 (skipped) on a CPU without them.
 // What the emulation checks is the kernels' logic (packing, tiling, masks, tails, blocking) and
@@ -200,7 +200,76 @@ inline __m512 dpbf16_ps(__m512 src, __m512bh a, __m512bh b) {
   return from_lanes<__m512>(c);
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+// AVX512-FP16 (the few intrinsics precis's fp16 GEMM tile uses; GCC 12 declares their types
+// without -mavx512fp16). vmulph and vaddph per lane: both operands widened to fp32 exactly, the
+// operation in fp32, the result rounded to fp16 to nearest even. Rounding twice (to fp32, then
+// to fp16) gives the correctly rounded result because fp32 carries 24 >= 2 x 11 + 2 bits
+// (Figueroa); fp16 denormals are kept, as the instructions keep them.
+#define PRECIS_AVX512_EMULATION_FP16 1
+template <class F>
+inline __m512h fp16_lanes(__m512h x, __m512h y, F op) {
+  std::uint16_t a[32], b[32], r[32];
+  std::memcpy(a, &x, 64);
+  std::memcpy(b, &y, 64);
+  for (int h = 0; h < 32; h += 8) {
+    const __m256 u = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + h)));
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + h)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r + h),
+                     _mm256_cvtps_ph(op(u, v), _MM_FROUND_TO_NEAREST_INT));
+  }
+  return from_lanes<__m512h>(r);
+}
+inline __m512h maskz_mul_ph(__mmask32 k, __m512h x, __m512h y) {
+  const __m512h p = fp16_lanes(x, y, [](__m256 u, __m256 v) { return _mm256_mul_ps(u, v); });
+  std::uint16_t r[32];
+  std::memcpy(r, &p, 64);
+  for (int i = 0; i < 32; ++i)
+    if (((k >> i) & 1u) == 0) r[i] = 0;
+  return from_lanes<__m512h>(r);
+}
+inline __m512h maskz_add_ph(__mmask32 k, __m512h x, __m512h y) {
+  const __m512h p = fp16_lanes(x, y, [](__m256 u, __m256 v) { return _mm256_add_ps(u, v); });
+  std::uint16_t r[32];
+  std::memcpy(r, &p, 64);
+  for (int i = 0; i < 32; ++i)
+    if (((k >> i) & 1u) == 0) r[i] = 0;
+  return from_lanes<__m512h>(r);
+}
+inline __m512h set1_ph(_Float16 v) {
+  _Float16 r[32];
+  for (auto& x : r) x = v;
+  return from_lanes<__m512h>(r);
+}
+inline __m512h setzero_ph() {
+  const std::uint16_t r[32] = {};
+  return from_lanes<__m512h>(r);
+}
+template <class To, class From>
+inline To bits_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From));
+  To r;
+  std::memcpy(&r, &v, sizeof(To));
+  return r;
+}
+#endif
+
 }  // namespace precis_avx512_emulation
+
+#if defined(PRECIS_AVX512_EMULATION_FP16)
+#undef _mm512_maskz_mul_ph
+#define _mm512_maskz_mul_ph(k, x, y) precis_avx512_emulation::maskz_mul_ph((k), (x), (y))
+#undef _mm512_maskz_add_ph
+#define _mm512_maskz_add_ph(k, x, y) precis_avx512_emulation::maskz_add_ph((k), (x), (y))
+#undef _mm512_set1_ph
+#define _mm512_set1_ph(v) precis_avx512_emulation::set1_ph((v))
+#undef _mm512_setzero_ph
+#define _mm512_setzero_ph() precis_avx512_emulation::setzero_ph()
+#undef _mm512_castsi512_ph
+#define _mm512_castsi512_ph(v) precis_avx512_emulation::bits_cast<__m512h>((v))
+#undef _mm512_castph_si512
+#define _mm512_castph_si512(v) precis_avx512_emulation::bits_cast<__m512i>((v))
+#endif
 
 // The intrinsics SIMDe 0.7 lacks, or models differently; each name may be a macro of the
 // compiler's header (GCC without optimization), so it is undefined first.

@@ -30,9 +30,9 @@
 
 // Compilers whose <immintrin.h> declares the AVX512-FP16 intrinsics and _Float16 for a
 // function's target attribute: GCC from 12; others (Clang 14 has neither without
-// -mavx512fp16) when the whole translation unit targets AVX512-FP16. Not in a test build that
-// emulates AVX-512 (PRECIS_AVX512_EMULATION), which does not emulate AVX512-FP16.
-#if PRECIS_X86_SIMD && !defined(PRECIS_AVX512_EMULATION) && \
+// -mavx512fp16) when the whole translation unit targets AVX512-FP16; in a test build that
+// emulates AVX-512 (PRECIS_AVX512_EMULATION), where the emulation covers it.
+#if PRECIS_X86_SIMD && (!defined(PRECIS_AVX512_EMULATION) || defined(PRECIS_AVX512_EMULATION_FP16)) && \
     ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12) || defined(__AVX512FP16__))
 #define PRECIS_AVX512_FP16_KERNEL 1
 #else
@@ -49,7 +49,11 @@
 
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 
+#if defined(PRECIS_AVX512_EMULATION)
+#define PRECIS_TARGET_AVX512_FP16 PRECIS_TARGET_AVX2  // the test build's emulation (convert_x86.hpp)
+#else
 #define PRECIS_TARGET_AVX512_FP16 __attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
+#endif
 
 namespace precis::detail {
 
@@ -58,6 +62,9 @@ namespace precis::detail {
 inline bool cpu_has_avx512_fp16() {
   static const bool ok = [] {
     if (!cpu_has_avx512f()) return false;
+#if defined(PRECIS_AVX512_EMULATION)
+    return true;
+#endif
     const auto l7 = cpuid(7);
     if (((l7[1] >> 30) & 3u) != 3u) return false;  // AVX512BW (bit 30), AVX512VL (bit 31)
     return ((l7[3] >> 23) & 1u) != 0;
