@@ -1,11 +1,12 @@
 // Force-included (-include) ahead of everything else in the test binary `isa_emulation_tests`:
-// the AVX-512F/BW/VL/DQ and AVX512-BF16 intrinsics precis uses, emulated with AVX2 + FMA + F16C
-// so that the AVX-512 kernels run, and are tested, on a machine without AVX-512.
+// the AVX-512F/BW/VL/DQ, AVX512-BF16 and AVX512-FP16 intrinsics precis uses, emulated with AVX2 +
+// FMA + F16C so that the AVX-512 kernels run, and are tested, on a machine without AVX-512.
 //
 // - SIMDe (Debian's libsimde-dev) provides most intrinsics: with its "native aliases", each
 //   _mm512_* name becomes a macro for SIMDe's function, which works on the compiler's own
 //   __m512 types in 256-bit halves (FMA for FMA: the same roundings as the instruction).
-// - The few that SIMDe 0.7 lacks (masked loads and stores, masked conversions) are written
+// - The few that SIMDe 0.7 lacks (masked loads and stores, masked conversions, a gather and a
+//   scatter, the fp16 tile's AVX512-FP16 arithmetic) are written
 //   below, lane by lane, from Intel's definitions; masked-off lanes are neither read nor
 //   written, as the instructions' fault suppression guarantees.
 // - vdpbf16ps and vcvtneps2bf16 are written below from the pseudo-code of Intel's SDM (SIMDe's
@@ -15,7 +16,8 @@
 //   report AVX-512F, AVX512-BF16 and (GCC 12 or later) AVX512-FP16 as usable wherever AVX2, FMA
 //   and F16C are. AMX stays unavailable (its tiles are not emulated).
 //
-// The binary is compiled with -mavx2 -mfma -mf16c and exits 77 (skipped) on a CPU without them.
+// The binary is compiled with -mavx2 -mfma -mf16c; CMake builds it only where the build machine
+// runs such code (tests/CMakeLists.txt).
 // What the emulation checks is the kernels' logic (packing, tiling, masks, tails, blocking) and
 // that they agree with the AVX2 and scalar paths bit for bit where precis promises it; it cannot
 // check timing, and it checks an instruction's arithmetic only as far as the model below is
