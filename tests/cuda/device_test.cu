@@ -1,6 +1,6 @@
 // Device tensors and conversions (include/precis/cuda/device.cuh). Without --device (label
-// `cuda`, runs in CI without a GPU): with no device, allocating is a cuda_error that names
-// cudaMalloc. With --device (label `gpu`; exit 77, skipped, without a device): copies round-trip,
+// `cuda`, runs in CI without a GPU): new host tensors are zero in every format on reused memory
+// (compiled by nvcc), and with no device, allocating is a cuda_error that names cudaMalloc. With --device (label `gpu`; exit 77, skipped, without a device): copies round-trip,
 // shape mismatches are named, and every fp16 and bf16 pattern widened, plus 2^20 fp32 values
 // (every binade, subnormals, overflow, specials) narrowed, give the host precis::convert's bits.
 #include <cmath>
@@ -41,7 +41,32 @@ int mismatches(const precis::Tensor<From>& src) {
   return bad;
 }
 
+/// A new host Tensor is zero in every format (dirty_aligned_new.cpp hands this program its
+/// over-aligned memory filled with 0xA5, as memory freed earlier may be). Eigen::half's default constructor sets no bits
+/// where nvcc compiles it, so value-initialized halves held the memory's old bytes in .cu
+/// programs: a 16-true optimizer's second moments started as garbage there.
+template <class T>
+void new_tensors_are_zero(const char* name) {
+  for (const precis::index_t n : {1, 3, 64, 1000}) {
+    const precis::Tensor<T> t(precis::Shape{n});
+    int nonzero = 0;
+    for (precis::index_t i = 0; i < n; ++i) {
+      unsigned char b[sizeof(T)];
+      std::memcpy(b, &t.data()[i], sizeof(T));
+      for (unsigned char c : b) nonzero += c != 0;
+    }
+    check(nonzero == 0, std::string("Tensor<") + name + ">(Shape{" + std::to_string(n) + "}) has " + std::to_string(nonzero) +
+                            " nonzero bytes on reused memory");
+  }
+}
+
 int run_host() {
+  new_tensors_are_zero<precis::half>("half");
+  new_tensors_are_zero<precis::bfloat16>("bfloat16");
+  new_tensors_are_zero<precis::float8_e4m3>("float8_e4m3");
+  new_tensors_are_zero<float>("float");
+  new_tensors_are_zero<double>("double");
+  std::printf("%s\n", failures == 0 ? "new host tensors are zero on reused memory" : "failed");
   if (precis::cuda::device_count() > 0) {
     std::printf("a CUDA device is present: the no-device error path is not exercised here\n");
     return 0;

@@ -77,15 +77,23 @@ struct aligned_delete {
 template <class T>
 using aligned_buffer = std::unique_ptr<T[], aligned_delete<T>>;
 
-/// n value-initialized (zero) elements on a 64-byte boundary; with zero = false, trivial types
-/// are left uninitialized (for results every element of which is about to be written).
+/// n zero elements on a 64-byte boundary; with zero = false, trivial types are left
+/// uninitialized (for results every element of which is about to be written).
+///
+/// A trivially copyable element is zeroed byte by byte (all-zero bits are +0 in every format):
+/// value-initialization does not zero every format. Eigen::half's default constructor sets no
+/// bits where nvcc compiles it (its raw type is then CUDA's __half_raw, which has no
+/// initializer), so in a .cu program value-initialized halves hold whatever the memory held.
 template <class T>
 aligned_buffer<T> allocate_aligned(std::size_t n, bool zero = true) {
   const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
   void* raw = ::operator new(bytes, std::align_val_t{64});
   T* p = static_cast<T*>(raw);
   try {
-    if (zero || !std::is_trivially_default_constructible_v<T>) {
+    if (zero && std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>) {
+      std::uninitialized_default_construct_n(p, n);
+      std::memset(raw, 0, n * sizeof(T));
+    } else if (zero || !std::is_trivially_default_constructible_v<T>) {
       std::uninitialized_value_construct_n(p, n);
     } else {
       std::uninitialized_default_construct_n(p, n);
