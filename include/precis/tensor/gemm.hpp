@@ -371,6 +371,9 @@ void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t
 /// block through C (so beta must be 0), and `begin` configures each thread's tiles.
 /// `direct`, where a kernel has it, is its tile reading B's kc rows ldb apart: B itself where
 /// its rows hold the tile's nr columns densely, instead of a packed panel (gemm_packed).
+/// `next`, where a kernel has it, is its tile that also prefetches a given number of 64-byte
+/// lines from a given address into L2, spread over its first k steps: gemm_packed hands each
+/// tile its share of the next packed B panel.
 template <class Acc, class P>
 struct gemm_kernel {
   void (*tile)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc);
@@ -378,6 +381,8 @@ struct gemm_kernel {
   void (*chain)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, bool, bool) = nullptr;
   void (*begin)() = nullptr;
   void (*direct)(index_t, const P*, const P*, index_t, Acc*, index_t, index_t, index_t, index_t, Acc, Acc) = nullptr;
+  void (*next)(index_t, const P*, const P*, Acc*, index_t, index_t, index_t, index_t, Acc, Acc, const P*, index_t) =
+      nullptr;
 };
 
 /// How the threads of one GEMM share the work: the automatic rule in gemm_packed, or, for
@@ -410,7 +415,8 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
 #if PRECIS_X86_SIMD
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     if (isa >= gemm_isa::avx512)
-      return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>(), nullptr, nullptr, &avx512_tile_kernel_ldb<Acc>};
+      return {&avx512_tile_kernel<Acc>, blocking_avx512<Acc>(), nullptr, nullptr, &avx512_tile_kernel_ldb<Acc>,
+              &avx512_tile_kernel_next<Acc>};
     if (isa >= gemm_isa::avx2)
       return {&avx2_tile_kernel<Acc>, blocking_for<Acc>(true), nullptr, nullptr, &avx2_tile_kernel_ldb<Acc>};
   }
@@ -542,11 +548,21 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
           } else {
             pack_a<Acc>(a + ic * rsa + pc * csa, rsa, csa, mcb, kc, bl.mr, ap, row);
           }
+          // the tiles of one B panel fetch the next panel (or, after the last, the first one, which
+          // the next block of A's rows reads first) into L2, each a share of its lines
+          const index_t tiles = (mcb + bl.mr - 1) / bl.mr;
+          const index_t panel_lines = d * bl.nr * index_t{sizeof(P)} / 64;
           for (index_t jr = j_begin; jr < j_end; jr += bl.nr) {
             const index_t nr = std::min(bl.nr, nc - jr);
+            const P* const next_panel = bp + (jr + bl.nr < j_end ? jr + bl.nr - j_begin : 0) * d;
             for (index_t ir = 0; ir < mcb; ir += bl.mr) {
               const index_t mr = std::min(bl.mr, mcb - ir);
-              if (amx) {
+              const index_t t = ir / bl.mr;
+              if (kern.next != nullptr && b_direct == nullptr) {
+                const index_t l0 = panel_lines * t / tiles, l1 = panel_lines * (t + 1) / tiles;
+                kern.next(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc, mr,
+                          nr, alpha, beta_k, next_panel + l0 * 64 / index_t{sizeof(P)}, l1 - l0);
+              } else if (amx) {
                 kern.chain(d, ap + ir * d, bp + (jr - j_begin) * d, c + (ic + ir) * rsc + (jc + jr) * csc, rsc, csc,
                            mr, nr, alpha, pc == 0, pc + kc >= k);
               } else if (b_direct != nullptr && nr == bl.nr) {

@@ -108,41 +108,82 @@ PRECIS_TARGET_AVX512 inline void avx512_store_tile(const typename avx512_vec<T>:
   }
 }
 
+/// One k step of the 12 x (2 * lanes) tile: a row of B (two vectors) times each of A's 12
+/// values, added into the accumulators; a and b move on to the next step.
+template <class T>
+PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_step(typename avx512_vec<T>::V (&acc)[12][2],
+                                                                               const T* __restrict& a, const T* __restrict& b, index_t ldb) {
+  using W = avx512_vec<T>;
+  using V = typename W::V;
+  const V b0 = W::loadu(b), b1 = W::loadu(b + W::lanes);
+  PRECIS_UNROLL(12)
+  for (int i = 0; i < 12; ++i) {
+    const V ar = W::broadcast(a + i);
+    acc[i][0] = W::fma(ar, b0, acc[i][0]);
+    acc[i][1] = W::fma(ar, b1, acc[i][1]);
+  }
+  a += 12;
+  b += ldb;
+}
+
 /// C[0:mr, 0:nr] = alpha * A_panel * B (+ beta * C), kc steps; A_panel is 12 x kc (interleaved
 /// by k), zero-padded to the full tile; B's kc rows of 2 * lanes columns lie ldb apart: a packed,
 /// zero-padded panel (ldb = 2 * lanes, 64-byte aligned) or, read where it lies, B itself when
 /// its rows hold the tile's whole width (kern.direct in gemm.hpp). beta == 0 does not read C.
+///
+/// Two kinds of prefetch ride on the first k steps, one line a step, so that they never queue
+/// up behind each other (issued all at once, the 24 lines of a C tile filled the core's
+/// line-fill buffers and stalled the loop): the tile's C lines, which the epilogue will read or
+/// write, into L1; and `next_lines` 64-byte lines from `next` into L2: the driver's share of
+/// the B panel that the tiles after this one will read, which otherwise comes from L3 once the
+/// packed B block outgrows L2 (docs/benchmarks.md).
+template <class T>
+PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_core(
+    index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb, T* c, index_t rs_c, index_t cs_c,
+    index_t mr, index_t nr, T alpha, T beta, const char* next, index_t next_lines) {
+  using W = avx512_vec<T>;
+  typename W::V acc[12][2];
+  PRECIS_UNROLL(12)
+  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = W::zero();
+  index_t p = 0;
+  if (cs_c == 1) {  // C's rows dense: each row's 2 * lanes values span 2 lines (128 bytes)
+    constexpr index_t last = 128 / index_t{sizeof(T)} - 1;
+    for (const index_t end = std::min(kc, 2 * mr); p < end; ++p) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + (p >> 1) * rs_c + (p & 1) * last), _MM_HINT_T0);
+      avx512_tile_step<T>(acc, a, b, ldb);
+    }
+  }
+  for (index_t q = 0; q < next_lines && p < kc; ++q, ++p) {
+    _mm_prefetch(next + q * 64, _MM_HINT_T1);
+    avx512_tile_step<T>(acc, a, b, ldb);
+  }
+  for (; p < kc; ++p) avx512_tile_step<T>(acc, a, b, ldb);
+  avx512_store_tile<T>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
+}
+
+/// The tile reading B's rows ldb apart (avx512_tile_core without the L2 prefetch).
 template <class T>
 PRECIS_TARGET_AVX512 void avx512_tile_kernel_ldb(index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb,
                                                  T* c, index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha,
                                                  T beta) {
-  using W = avx512_vec<T>;
-  using V = typename W::V;
-  constexpr int L = W::lanes;
-  constexpr int R = 12;
-  V acc[R][2];
-  PRECIS_UNROLL(12)
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = W::zero();
-  prefetch_c_tile(c, rs_c, cs_c, mr);
-  for (index_t p = 0; p < kc; ++p) {
-    const V b0 = W::loadu(b), b1 = W::loadu(b + L);
-    PRECIS_UNROLL(12)
-    for (int i = 0; i < R; ++i) {
-      const V ar = W::broadcast(a + i);
-      acc[i][0] = W::fma(ar, b0, acc[i][0]);
-      acc[i][1] = W::fma(ar, b1, acc[i][1]);
-    }
-    a += R;
-    b += ldb;
-  }
-  avx512_store_tile<T>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
+  avx512_tile_core(kc, a, b, ldb, c, rs_c, cs_c, mr, nr, alpha, beta, nullptr, 0);
+}
+
+/// The tile on packed panels: A_panel 12 x kc, B_panel kc x (2 * lanes), prefetching
+/// next_lines lines from next into L2 (avx512_tile_core).
+template <class T>
+PRECIS_TARGET_AVX512 void avx512_tile_kernel_next(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                                                  index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta,
+                                                  const T* next, index_t next_lines) {
+  avx512_tile_core(kc, a, b, index_t{2 * avx512_vec<T>::lanes}, c, rs_c, cs_c, mr, nr, alpha, beta,
+                   reinterpret_cast<const char*>(next), next_lines);
 }
 
 /// The tile on packed panels: A_panel 12 x kc, B_panel kc x (2 * lanes).
 template <class T>
 PRECIS_TARGET_AVX512 void avx512_tile_kernel(index_t kc, const T* __restrict a, const T* __restrict b, T* c,
                                              index_t rs_c, index_t cs_c, index_t mr, index_t nr, T alpha, T beta) {
-  avx512_tile_kernel_ldb(kc, a, b, index_t{2 * avx512_vec<T>::lanes}, c, rs_c, cs_c, mr, nr, alpha, beta);
+  avx512_tile_core(kc, a, b, index_t{2 * avx512_vec<T>::lanes}, c, rs_c, cs_c, mr, nr, alpha, beta, nullptr, 0);
 }
 
 /// fp32 lanes, 16 to a zmm register, holding values of a 16-bit format (the AVX-512 form of
