@@ -316,24 +316,31 @@ void expect_weight_grad_direct() {
     std::vector<float> gw0(static_cast<std::size_t>(og * k));
     for (auto& v : gw0) v = u(rng);
     const float alpha = 0.5f;
-    auto run = [&](int threads) {
+    // on operands of type T (S, or S's values widened to float)
+    auto run_on = [&](const auto& gt, const auto& ct, int threads) {
+      using T = typename std::decay_t<decltype(gt)>::value_type;
       std::vector<float> gw = gw0, part(static_cast<std::size_t>(op::conv_detail::weight_grad_part_size(og, k)));
       const index_t tail = op::conv_detail::weight_grad_tail_len(count, p);
-      std::vector<S> tg(static_cast<std::size_t>(og * tail + 1)), tc(static_cast<std::size_t>(k * tail + 1));
+      std::vector<T> tg(static_cast<std::size_t>(og * tail + 1)), tc(static_cast<std::size_t>(k * tail + 1));
 #if defined(_OPENMP)
       const int before = omp_get_max_threads();
       omp_set_num_threads(threads);
 #else
       (void)threads;
 #endif
-      op::conv_detail::weight_grad_direct(g.data(), oc * p, og, col.data(), k, count, p, alpha, gw.data(), part.data(), tg.data(), tc.data());
+      op::conv_detail::weight_grad_direct(gt.data(), oc * p, og, ct.data(), k, count, p, alpha, gw.data(), part.data(), tg.data(), tc.data());
 #if defined(_OPENMP)
       omp_set_num_threads(before);
 #endif
       return gw;
     };
+    auto run = [&](int threads) { return run_on(g, col, threads); };
     const auto gw = run(1);
     EXPECT_EQ(run(2), gw) << "og " << og << ", k " << k << ", p " << p;
+    if constexpr (!std::is_same_v<S, float>) {  // 16-bit operands: the fp32 path's bits on their values
+      const std::vector<float> gf(g.begin(), g.end()), cf(col.begin(), col.end());
+      EXPECT_EQ(run_on(gf, cf, 1), gw) << "widened, og " << og << ", k " << k << ", p " << p;
+    }
     // the AVX-512 tiles (8 x 6 entries) add the AVX2 tiles' (3 x 3) products in their order
     for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
       if (isa > gemm_isa_available()) continue;
@@ -400,7 +407,10 @@ void expect_conv_backward_padded() {
     for (auto& v : gw0) v = u(rng);
     const float alpha = 0.5f;
     std::vector<S> xp(static_cast<std::size_t>(nb * cg * d.plane)), gp(static_cast<std::size_t>(og * nb * d.len));
-    auto weight_grad = [&](int threads) {
+    // on operands of type T (S, or S's values widened to float)
+    auto weight_grad_on = [&](const auto& x_, const auto& gy_, int threads) {
+      using T = typename std::decay_t<decltype(x_)>::value_type;
+      std::vector<T> xp_(xp.size()), gp_(gp.size());
       std::vector<float> gw = gw0, part(static_cast<std::size_t>(op::conv_detail::weight_grad_part_size(og, k)));
       std::vector<index_t> roff(static_cast<std::size_t>(k));
 #if defined(_OPENMP)
@@ -412,9 +422,9 @@ void expect_conv_backward_padded() {
       for (index_t n0 = 0; n0 < xs[0]; n0 += nb) {
         const index_t count = std::min(nb, xs[0] - n0);
         for (index_t gi = 0; gi < groups; ++gi) {
-          op::conv_detail::pad_planes(g, d, x.data(), gi * cg, cg, n0, count, xp.data());
-          op::conv_detail::pad_output_grads(g, d, gy.data(), gi * og, og, oc, n0, count, gp.data());
-          op::conv_detail::weight_grad_taps(g, d, gp.data(), og, xp.data(), cg, count, alpha, gw.data() + gi * og * k, part.data(),
+          op::conv_detail::pad_planes(g, d, x_.data(), gi * cg, cg, n0, count, xp_.data());
+          op::conv_detail::pad_output_grads(g, d, gy_.data(), gi * og, og, oc, n0, count, gp_.data());
+          op::conv_detail::weight_grad_taps(g, d, gp_.data(), og, xp_.data(), cg, count, alpha, gw.data() + gi * og * k, part.data(),
                                             roff.data());
         }
       }
@@ -423,9 +433,14 @@ void expect_conv_backward_padded() {
 #endif
       return gw;
     };
+    auto weight_grad = [&](int threads) { return weight_grad_on(x, gy, threads); };
     const std::string at = "x " + xs.str() + ", w " + ws.str();
     const auto gw = weight_grad(1);
     EXPECT_EQ(weight_grad(2), gw) << at;
+    if constexpr (!std::is_same_v<S, float>) {  // 16-bit operands: the fp32 path's bits on their values
+      const std::vector<float> xf(x.begin(), x.end()), gyf(gy.begin(), gy.end());
+      EXPECT_EQ(weight_grad_on(xf, gyf, 1), gw) << "widened, " << at;
+    }
     for (gemm_isa isa : {gemm_isa::avx2, gemm_isa::avx512}) {
       if (isa > gemm_isa_available()) continue;
       const gemm_isa before = limit_gemm_isa(isa);

@@ -333,14 +333,65 @@ void weight_grad_sums(const GQ* g, index_t gs, index_t grs, index_t og, const L*
   const bool wide = gemm_isa_in_use() >= gemm_isa::avx512;
   const index_t rows = wide ? wg512_rows : 3, cols_t = wide ? 2 * wg512_pairs : 3;
   const index_t ob_n = (og + rows - 1) / rows, tiles = ob_n * ((k + cols_t - 1) / cols_t), floats = rows * cols_t * 8;
+  // the tiles over one image (or the tails' row): on the operands as they lie where both are
+  // fp32; else on fp32 copies of the image's og rows of g and k rows of col, widened once (each
+  // value is read by og / 8 or k / 6 tiles, and widening it in every tile, two instructions a
+  // vector, cost the 16-bit tiles more than their FMAs: docs/benchmarks.md). Widening is exact
+  // and the tiles add the same products in the same order: the same bits either way.
   detail::parallel_ranges(tiles, detail::threads_for(og * k * count * len, index_t{1} << 16), [&](index_t t0, index_t t1) {
     std::fill(part + t0 * floats, part + t1 * floats, 0.0f);
-    if (wide) {
-      weight_grad_tiles_avx512(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
-      if (tail > 0) weight_grad_tiles_avx512(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+    if constexpr (std::is_same_v<GQ, float> && std::is_same_v<L, float>) {
+      if (wide) {
+        weight_grad_tiles_avx512(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
+        if (tail > 0) weight_grad_tiles_avx512(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+      } else {
+        weight_grad_tiles(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
+        if (tail > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+      }
     } else {
-      weight_grad_tiles(g, gs, grs, og, col, crs, roff, cis, k, count, len, part, t0, t1);
-      if (tail > 0) weight_grad_tiles(tail_g, 0, tail, og, tail_c, tail, nullptr, 0, k, 1, tail, part, t0, t1);
+      const index_t n = std::max(len, tail);
+      // col's rows given by offsets (taps into padded planes) overlap: the span they cover is
+      // widened once an image, and the rows found in it at the same offsets less its start
+      index_t lo = 0, hi = k * n;
+      if (roff != nullptr) {
+        lo = *std::min_element(roff, roff + k);
+        hi = *std::max_element(roff, roff + k) + len;
+      }
+      float* const gf = detail::scratch<float, 7>(static_cast<std::size_t>(og * n + std::max(hi - lo, k * n)));
+      float* const cf = gf + og * n;
+      index_t* const ro = roff != nullptr ? detail::scratch<index_t, 8>(static_cast<std::size_t>(k)) : nullptr;
+      for (index_t t = 0; ro != nullptr && t < k; ++t) ro[t] = roff[t] - lo;
+      // the tiles over one image's widened rows of n positions (col's at ro, or n apart)
+      const auto image = [&](index_t n_pos, const index_t* rows_at, index_t t0_, index_t t1_) {
+        if (wide) weight_grad_tiles_avx512(gf, 0, n_pos, og, cf, n_pos, rows_at, 0, k, 1, n_pos, part, t0_, t1_);
+        else weight_grad_tiles(gf, 0, n_pos, og, cf, n_pos, rows_at, 0, k, 1, n_pos, part, t0_, t1_);
+      };
+      // lines runs of m values, stride apart from x (one run where they are adjacent), into dst
+      const auto widen = [](const auto* x, index_t stride, index_t lines, index_t m, float* dst) {
+        if (stride == m) {  // adjacent runs: one conversion
+          m *= lines;
+          lines = 1;
+        }
+        for (index_t r = 0; r < lines; ++r) {
+          const float* v = detail::load_run<float>(x + r * stride, m, 1, dst + r * m);
+          if (v != dst + r * m) std::copy_n(v, m, dst + r * m);
+        }
+      };
+      for (index_t b = 0; b < count; ++b) {
+        widen(g + b * gs, grs, og, len, gf);
+        if (roff != nullptr) {
+          widen(col + lo + b * cis, hi - lo, 1, hi - lo, cf);
+          image(len, ro, t0, t1);
+        } else {
+          widen(col + b * cis, crs, k, len, cf);
+          image(len, nullptr, t0, t1);
+        }
+      }
+      if (tail > 0) {
+        widen(tail_g, tail, og, tail, gf);
+        widen(tail_c, tail, k, tail, cf);
+        image(tail, nullptr, t0, t1);
+      }
     }
     for (index_t tile = t0; tile < t1; ++tile) {
       const index_t tb = tile / ob_n, ob = tile % ob_n;
