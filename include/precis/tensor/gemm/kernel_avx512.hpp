@@ -62,7 +62,8 @@ struct avx512_vec<double> {
 /// took the AVX-512 fp32 GEMM at n = 1024 and 2048 from 84-85% to 88-90% of the FMA peak on one
 /// core and from 77-79% to 84-85% on two. (Prefetching the packed panels ahead measured no gain
 /// there.) always_inline: out of line, GCC 12 judges this function free of side effects and
-/// deletes the call.
+/// deletes the call. (The AVX512-BF16 tile uses it; the fp32 / fp64 tile spreads the same
+/// prefetches over its first k steps instead: avx512_tile_core.)
 template <class T>
 PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void prefetch_c_tile(const T* c, index_t rs_c, index_t cs_c,
                                                                                 index_t mr) {
