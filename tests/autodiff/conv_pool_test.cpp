@@ -514,9 +514,11 @@ TEST(OpLayerReference, Conv2dWeightGradientDirectHalf) { expect_weight_grad_dire
 /// so far when it is larger or a NaN. Inputs drawn from {-1, -0, 0, 1, 2, NaN} make ties, signed
 /// zeros and NaNs common; rows of 18 and 7 windows cover a full and a partial vector of 16 and
 /// an odd width (the last column belongs to no window). The gradient of sum(y * w) lands on each
-/// window's winner, so it checks the saved positions.
+/// window's winner, so it checks the saved positions. `activation`: the pool reads x * 1, an
+/// activation in the policy's storage (bf16 under bf16-mixed, as after a convolution), so that
+/// its input gradient is a fresh tensor of that format rather than the fp32 parameter's.
 template <class P>
-void check_max_pool_2x2(index_t w) {
+void check_max_pool_2x2(index_t w, bool activation = false) {
   using S = typename P::param_type;
   const index_t n = 2, c = 3, h = 5, ho = h / 2, wo = w / 2;
   const float pool[] = {-1.0f, -0.0f, 0.0f, 1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
@@ -529,7 +531,10 @@ void check_max_pool_2x2(index_t w) {
   Tape<P> t;
   Tensor<S> gx(x.shape());
   const auto xv = t.param(x.view(), gx.view());
-  const auto y = max_pool2d(xv, {{2, 2}, {2, 2}, {0, 0}});
+  Tensor<S> ones(x.shape());
+  for (index_t i = 0; i < ones.size(); ++i) ones.data()[i] = S(1.0f);
+  const auto y = activation ? max_pool2d(mul(xv, t.input(ones.view())), {{2, 2}, {2, 2}, {0, 0}})
+                            : max_pool2d(xv, {{2, 2}, {2, 2}, {0, 0}});
   Tensor<S> wts(y.shape());
   for (index_t i = 0; i < wts.size(); ++i) wts.data()[i] = S(static_cast<float>(i % 61 + 1));
   t.backward(sum(mul(y, t.input(wts.view()))));
@@ -567,6 +572,8 @@ TEST(OpLayerReference, MaxPool2x2KeepsTheFirstLargestOrTheNaN) {
   for (const index_t w : {36, 37, 14}) {
     check_max_pool_2x2<pol::named<"32-true">>(w);
     check_max_pool_2x2<pol::named<"bf16-mixed">>(w);
+    check_max_pool_2x2<pol::named<"bf16-mixed">>(w, true);
+    check_max_pool_2x2<pol::named<"16-mixed">>(w, true);
     check_max_pool_2x2<pol::named<"64-true">>(w);
     check_max_pool_2x2<pol::named<"bf16-true">>(w);  // 16-bit in and out: selected in place
     check_max_pool_2x2<pol::named<"16-true">>(w);

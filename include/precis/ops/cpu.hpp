@@ -1053,18 +1053,25 @@ class cpu : public fresh_tracking<cpu> {
       // has it) or zero, written a row of windows at a time from gradients widened in runs of
       // whole rows; straight into a fresh fp32 gradient (the inputs no window covers, an odd
       // last row or column, get their zeros here), else into zeros added once
+      // (a fresh gradient of another format, bf16 or fp16 under the mixed policies: each plane
+      // written in R into a scratch plane, then rounded into d in one conversion, instead of a
+      // zeroed R tensor of d's size added into d afterwards; the same values, rounded once)
       GX* direct = nullptr;
-      if constexpr (std::is_same_v<GX, R>) {
-        if (d.is_contiguous() && take_fresh(d)) direct = d.data();
+      bool narrow = false;
+      if (d.is_contiguous() && take_fresh(d)) {
+        if constexpr (std::is_same_v<GX, R>) direct = d.data();
+        else narrow = true;
       }
-      const auto acc = direct ? TensorView<R>() : zeros<R>(d.shape());
+      const bool fresh = direct != nullptr || narrow;
+      const auto acc = fresh ? TensorView<R>() : zeros<R>(d.shape());
       R* base = direct ? reinterpret_cast<R*>(direct) : acc.data();
       const index_t wo = g.wo, rows_per = detail::chunk / wo;
       const auto wi = static_cast<std::int32_t>(g.w);
       detail::parallel_ranges(planes, detail::threads_for(planes * g.h * g.w, index_t{1} << 15), [&](index_t p0, index_t p1) {
         std::array<R, detail::chunk> buf;
+        R* const own = narrow ? detail::scratch<R, 9>(static_cast<std::size_t>(g.h * g.w)) : nullptr;
         for (index_t pl = p0; pl < p1; ++pl) {
-          R* plane = base + pl * g.h * g.w;
+          R* plane = narrow ? own : base + pl * g.h * g.w;
           for (index_t oh0 = 0; oh0 < g.ho; oh0 += rows_per) {
             const index_t rows = std::min(rows_per, g.ho - oh0), o = (pl * g.ho + oh0) * wo;
             const R* gv = detail::load_run<R>(gy.data() + o, rows * wo, index_t{1}, buf.data());
@@ -1072,16 +1079,17 @@ class cpu : public fresh_tracking<cpu> {
               const index_t oh = oh0 + r;
               conv_detail::max_pool_2x2_grad_row(gv + r * wo, at + o + r * wo, wo, static_cast<std::int32_t>(2 * oh * g.w), wi,
                                                  plane + 2 * oh * g.w);
-              if (direct && g.w > 2 * wo) {
+              if (fresh && g.w > 2 * wo) {
                 std::fill(plane + 2 * oh * g.w + 2 * wo, plane + (2 * oh + 1) * g.w, R(0));
                 std::fill(plane + (2 * oh + 1) * g.w + 2 * wo, plane + (2 * oh + 2) * g.w, R(0));
               }
             }
           }
-          if (direct) std::fill(plane + 2 * g.ho * g.w, plane + g.h * g.w, R(0));
+          if (fresh) std::fill(plane + 2 * g.ho * g.w, plane + g.h * g.w, R(0));
+          if (narrow) detail::store_run(plane, d.data() + pl * g.h * g.w, g.h * g.w, index_t{1});
         }
       });
-      if (!direct) add_into<R>("precis::max_pool2d", d, acc.as_const());
+      if (!fresh) add_into<R>("precis::max_pool2d", d, acc.as_const());
       return;
     }
     const auto acc = zeros<R>(d.shape());  // windows may overlap: sum, then round once
