@@ -513,7 +513,8 @@ TEST(OpLayerReference, Conv2dWeightGradientDirectHalf) { expect_weight_grad_dire
 /// out here: in each window, in the order (0,0) (0,1) (1,0) (1,1), an element replaces the best
 /// so far when it is larger or a NaN. Inputs drawn from {-1, -0, 0, 1, 2, NaN} make ties, signed
 /// zeros and NaNs common; rows of 18 and 7 windows cover a full and a partial vector of 16 and
-/// an odd width (the last column belongs to no window). The gradient of sum(y * w) lands on each
+/// an odd width (the last column belongs to no window), rows of 1, 3, 5 and 12 windows every
+/// size of the partial rows' copies. The gradient of sum(y * w) lands on each
 /// window's winner, so it checks the saved positions. `activation`: the pool reads x * 1, an
 /// activation in the policy's storage (bf16 under bf16-mixed, as after a convolution), so that
 /// its input gradient is a fresh tensor of that format rather than the fp32 parameter's.
@@ -569,7 +570,7 @@ void check_max_pool_2x2(index_t w, bool activation = false) {
 }
 
 TEST(OpLayerReference, MaxPool2x2KeepsTheFirstLargestOrTheNaN) {
-  for (const index_t w : {36, 37, 14}) {
+  for (const index_t w : {36, 37, 14, 2, 6, 11, 25}) {  // 18, 7, 1, 3, 5 and 12 windows a row
     check_max_pool_2x2<pol::named<"32-true">>(w);
     check_max_pool_2x2<pol::named<"bf16-mixed">>(w);
     check_max_pool_2x2<pol::named<"bf16-mixed">>(w, true);
