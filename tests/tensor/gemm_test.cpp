@@ -645,6 +645,10 @@ Tensor<float> bf16_dot_gemm_model(float alpha, const VA& a, const VB& b, float b
   return c;
 }
 
+/// Whether the GEMM runs m x k x n as a small product (gemm_small): at most small_gemm_limit
+/// multiply-adds with K within one K block of the fp32 kernels.
+bool small_product(index_t m, index_t n, index_t k) { return k <= 256 && m * n * k <= detail::small_gemm_limit; }
+
 void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta, bool tb, float alpha, float beta,
                                         int threads, int lo_exp, int hi_exp, bool amx) {
   std::mt19937_64 g(static_cast<std::uint64_t>(m * 1000003 + k * 1009 + n));
@@ -656,7 +660,14 @@ void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta
   const auto c0 = random_tensor<float>({m, n}, -1, 1, 5);
   auto c = c0;
   gemm<float>(alpha, a, b, beta, c, threads);
-  const auto want = bf16_dot_gemm_model(alpha, a, b, beta, c0, amx);
+  auto want = c0;
+  if (small_product(m, n, k)) {  // the small path at every level: the fp32 kernels' bits
+    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+    gemm<float>(alpha, a, b, beta, want, threads);
+    limit_gemm_isa(before);
+  } else {
+    want = bf16_dot_gemm_model(alpha, a, b, beta, c0, amx);
+  }
   for (index_t i = 0; i < m; ++i)
     for (index_t j = 0; j < n; ++j)
       ASSERT_TRUE(same_bits(c(i, j), want(i, j)))
@@ -667,7 +678,7 @@ void expect_bf16_dot_gemm_matches_model(index_t m, index_t k, index_t n, bool ta
 }  // namespace
 
 /// The bf16 x bf16 products of the level in use (vdpbf16ps or AMX) against the scalar model of
-/// the instruction, bit for bit: ragged tiles (m, n not multiples of 12 and 32), odd K and odd
+/// the instruction, bit for bit (the two smallest shapes: the small path's fp32 bits): ragged tiles (m, n not multiples of 12 and 32), odd K and odd
 /// K blocks, several K blocks, transposed views, alpha and beta, two threads; magnitudes near
 /// 1, tiny (fp32-denormal products, bf16 denormal inputs, partial sums that flush), and across
 /// the whole range.
@@ -725,19 +736,23 @@ void expect_bf16_dot_identical_to_fp32_kernels() {
 }
 
 /// The level in use flushes a product that is an fp32 denormal (2^-64 * 2^-64 = 2^-128) to zero
-/// and reads a bf16 denormal input (2^-130) as zero, where the fp32 kernels keep both.
+/// and reads a bf16 denormal input (2^-130) as zero, where the fp32 kernels keep both: in a
+/// 1 x 300 x 1 product (beyond the small path's K), the other 299 products zero. A small
+/// product (1 x 1 x 1) takes the small path at every level and keeps them, as the fp32 kernels.
 void expect_bf16_dot_flushes_denormals() {
   for (auto [x, y, exact] : {std::tuple{-64, -64, -128}, {-130, 100, -30}}) {
-    Tensor<bfloat16> a({1, 1}), b({1, 1});
-    a(0, 0) = bfloat16(std::ldexp(1.0f, x));
-    b(0, 0) = bfloat16(std::ldexp(1.0f, y));
-    Tensor<float> c_dot({1, 1}), c_fma({1, 1});
-    gemm<float>(1.0f, a, b, 0.0f, c_dot, 1);
-    const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
-    gemm<float>(1.0f, a, b, 0.0f, c_fma, 1);
-    limit_gemm_isa(before);
-    EXPECT_EQ(c_dot(0, 0), 0.0f) << "2^" << x << " * 2^" << y;
-    EXPECT_EQ(c_fma(0, 0), std::ldexp(1.0f, exact)) << "2^" << x << " * 2^" << y;
+    for (const index_t k : {300, 1}) {
+      Tensor<bfloat16> a({1, k}), b({k, 1});
+      a(0, 0) = bfloat16(std::ldexp(1.0f, x));
+      b(0, 0) = bfloat16(std::ldexp(1.0f, y));
+      Tensor<float> c_dot({1, 1}), c_fma({1, 1});
+      gemm<float>(1.0f, a, b, 0.0f, c_dot, 1);
+      const gemm_isa before = limit_gemm_isa(gemm_isa::avx512);
+      gemm<float>(1.0f, a, b, 0.0f, c_fma, 1);
+      limit_gemm_isa(before);
+      EXPECT_EQ(c_dot(0, 0), k == 1 ? std::ldexp(1.0f, exact) : 0.0f) << "2^" << x << " * 2^" << y << ", K " << k;
+      EXPECT_EQ(c_fma(0, 0), std::ldexp(1.0f, exact)) << "2^" << x << " * 2^" << y << ", K " << k;
+    }
     // within the documented bound: gamma_K |A||B| + K 2^-126 (1 + max |b|)
     EXPECT_LE(std::ldexp(1.0, exact), std::ldexp(1.0, -126) * (1 + std::ldexp(1.0, y)));
   }

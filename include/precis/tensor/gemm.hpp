@@ -14,7 +14,8 @@
 //   Acc = double : AVX-512F 12 x 16 tile, or AVX2+FMA 6 x 8 (bit-identical results).
 //   Acc = float or double, products of at most 2^15 multiply-adds with K <= 256 (attention's
 //                  per-head products): no packing, 4-row register blocks over B's rows
-//                  (gemm/kernel_small.hpp), bit-identical to the tiles.
+//                  (gemm/kernel_small.hpp), bit-identical to the tiles; bfloat16 x bfloat16
+//                  products that small take it too, with the fp32 tiles' bits.
 //   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
 //                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
@@ -58,7 +59,8 @@ namespace precis {
 /// bfloat16 x bfloat16 into fp32 (vdpbf16ps) that is bit-identical to them except that it
 /// flushes fp32 denormals to zero (tensor/gemm/kernel_avx512_bf16.hpp); amx_bf16 runs that product on the AMX tiles, whose sums
 /// differ from the fp32 kernels' in the last bits (two chains per 32 k; within the same bound;
-/// tensor/gemm/kernel_amx_bf16.hpp). At avx512_bf16 and above, where the CPU also has
+/// tensor/gemm/kernel_amx_bf16.hpp). At both levels a product small enough for the unpacked
+/// path (small_gemm_limit) takes it instead, with the fp32 kernels' bits. At avx512_bf16 and above, where the CPU also has
 /// AVX512-FP16, the fp16-accumulator GEMM (the 16-true policy's) runs in native fp16 lanes with
 /// the AVX-512 emulation's bits (tensor/gemm/kernel_avx512_fp16.hpp).
 enum class gemm_isa { portable, avx2, avx512, avx512_bf16, amx_bf16 };
@@ -682,9 +684,13 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
   }
   const gemm_isa isa = std::min(gemm_isa_in_use(), max_isa);
 #if PRECIS_X86_SIMD
+  // products small enough for the small path (below) take it at every level: the AMX and
+  // vdpbf16ps kernels' packing and set-up cost several times the arithmetic of an attention
+  // head's 16 x 16 x 16 product (docs/benchmarks.md)
+  const bool small = isa >= gemm_isa::avx2 && k <= blocking_for<Acc>(true).kc && m * n * k <= small_gemm_limit;
   if constexpr (std::is_same_v<Acc, float> && std::is_same_v<remove_cv_t<SA>, bfloat16> &&
                 std::is_same_v<remove_cv_t<SB>, bfloat16>) {
-    if (isa >= gemm_isa::amx_bf16) {
+    if (isa >= gemm_isa::amx_bf16 && !small) {
       // 32 x 32 blocks of C; K blocks of up to 1024 and B blocks of 1024 x 1024 (2 MiB, an L2).
       // Between K blocks every C block's raw sums go out to C and come back (from L3 once C
       // outgrows L2), so fewer, longer K blocks pay: on an Emerald Rapids core 1024 x 1024 ran
@@ -702,14 +708,14 @@ void gemm_blocked(index_t m, index_t n, index_t k, Acc alpha, const SA* a, index
       amx_bf16_add_into(m, n, alpha, w, beta, c, rsc, csc);
       return;
     }
-    if (isa >= gemm_isa::avx512_bf16) {
+    if (isa >= gemm_isa::avx512_bf16 && !small) {
       const gemm_kernel<float, std::uint32_t> kern{&avx512_bf16_tile_kernel, blocking_avx512<float>()};
       gemm_packed(kern, m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc, threads);
       return;
     }
   }
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
-    if (isa >= gemm_isa::avx2 && k <= blocking_for<Acc>(true).kc && m * n * k <= small_gemm_limit) {
+    if (small) {
       gemm_small(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc);
       return;
     }
