@@ -370,8 +370,10 @@ TEST(Policy, EveryOpRunsUnderEveryNamedPolicy) {
 
 TEST(Policy, ReproducibleGemmKeepsTheIeeeKernels) {
   // 2^-64 * 2^-64 = 2^-128: an fp32 denormal, and a bf16 one. The IEEE fp32 kernels keep it;
-  // the AVX512-BF16 kernel (where the CPU has it) flushes it to zero. reproducible<P> asks for
-  // the former on every CPU, with the same types as P.
+  // the AVX512-BF16 and AMX kernels (where the CPU has them) flush it to zero. reproducible<P>
+  // asks for the former on every CPU, with the same types as P. (A 1 x 300 x 1 product, the
+  // other products zero: a product within the small path's limit runs the fp32 chains at
+  // every level.)
   using P = pol::named<"bf16-mixed">;
   using R = pol::reproducible<P>;
   static_assert(!P::reproducible_gemm && R::reproducible_gemm);
@@ -380,7 +382,7 @@ TEST(Policy, ReproducibleGemmKeepsTheIeeeKernels) {
   static_assert(std::is_same_v<pol::op_types<R, op::matmul, bfloat16, bfloat16>::output,
                                pol::op_types<P, op::matmul, bfloat16, bfloat16>::output>);
   EXPECT_EQ(R::name(), "reproducible<bf16-mixed>");
-  Tensor<bfloat16> a({1, 1}), b({1, 1});
+  Tensor<bfloat16> a({1, 300}), b({300, 1});
   a(0, 0) = bfloat16(std::ldexp(1.0f, -64));
   b(0, 0) = bfloat16(std::ldexp(1.0f, -64));
   EXPECT_EQ(static_cast<float>(ops<R>::matmul(a, b)(0, 0)), std::ldexp(1.0f, -128));
