@@ -1,6 +1,9 @@
 // Tensor, views, conversion, random fills and Eigen interop.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,46 @@ TEST(Tensor, DefaultsAndLayout) {
   EXPECT_EQ(scalar.size(), 1);
   EXPECT_THROW(Tensor<float>(Shape{1, 1, 1, 1, 1, 1, 1, 1, 1}), shape_error);
   EXPECT_THROW(Tensor<float>(Shape{2, -1}), shape_error);
+}
+
+/// The VmFlags of the mapping of this process that holds address p ("" where none does).
+std::string vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto x = reinterpret_cast<std::uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= x && x < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// A block of 2 MiB or more lies on a 2 MiB boundary, and its whole 2 MiB pages (only those)
+// are marked for transparent huge pages: the kernel shows the mark as "hg" in the mapping's
+// VmFlags, whether or not it then has huge pages to give.
+TEST(Tensor, LargeBlocksAskForHugePages) {
+  Tensor<float> big({1281, 1024});  // 5 MiB + 4 KiB: two whole 2 MiB pages and a tail
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.data()) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(*std::max_element(big.begin(), big.end()), 0.0f);
+  Arena arena(std::size_t{4} << 20);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(arena.allocate(64)) % (std::uintptr_t{2} << 20), 0u);
+  Tensor<float> small({511, 1024});  // just under 2 MiB: 64-byte aligned, 4 KiB pages
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.data()) % 64, 0u);
+#if defined(__linux__)
+  const char* env = std::getenv("PRECIS_HUGE_PAGES");
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled") || (env != nullptr && std::string(env) == "off")) {
+    GTEST_SKIP() << "no transparent huge pages in this kernel, or PRECIS_HUGE_PAGES=off";
+  }
+  const std::string head = vm_flags_at(big.data()), tail = vm_flags_at(big.data() + (1 << 20));
+  ASSERT_NE(head, "") << "no mapping holds the tensor in /proc/self/smaps";
+  EXPECT_NE((head + " ").find(" hg "), std::string::npos) << head;
+  EXPECT_EQ((tail + " ").find(" hg "), std::string::npos) << tail;
+#endif
 }
 
 TEST(Tensor, CopyIsDeepMoveIsCheap) {

@@ -2,21 +2,23 @@
 // one training step is carved from it; reset() rewinds it for the next step. When a step
 // needed more than the first block, reset() replaces the blocks by one block big enough for
 // the whole step, so from the second step on a step of the same shape allocates nothing.
-// Blocks come from aligned operator new, or from a block_source the caller names (pinned or
-// huge-page memory, or memory a test watches).
+// Blocks come from precis's host allocator (64-byte aligned; blocks of 2 MiB or more on
+// transparent huge pages where the system has them: tensor/detail/host_memory.hpp), or from a
+// block_source the caller names (pinned memory, or memory a test watches).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <memory>
-#include <new>
 #include <type_traits>
 #include <vector>
+
+#include "precis/tensor/detail/host_memory.hpp"
 
 namespace precis {
 
 /// Where an Arena's blocks come from: allocate(bytes) returns memory aligned to at least 64
-/// bytes (or throws), release(p, bytes) gives it back. Null members: aligned operator new.
+/// bytes (or throws), release(p, bytes) gives it back. Null members: precis's host allocator.
 struct arena_block_source {
   void* (*allocate)(std::size_t bytes) = nullptr;
   void (*release)(void* p, std::size_t bytes) noexcept = nullptr;
@@ -108,7 +110,7 @@ class Arena {
     std::size_t size = 0;
     void operator()(std::byte* p) const noexcept {
       if (source.release != nullptr) source.release(p, size);
-      else ::operator delete(p, std::align_val_t{alignment});
+      else detail::release_host(p, size);
     }
   };
   struct Block {
@@ -122,7 +124,7 @@ class Arena {
   void add_block(std::size_t size) {
     blocks_.reserve(blocks_.size() + 1);  // before the block exists: nothing to leak if this throws
     auto* p = static_cast<std::byte*>(source_.allocate != nullptr ? source_.allocate(size)
-                                                                  : ::operator new(size, std::align_val_t{alignment}));
+                                                                  : detail::allocate_host(size));
     blocks_.push_back(Block{std::unique_ptr<std::byte[], Free>(p, Free{source_, size}), size, 0});
   }
 

@@ -21,6 +21,7 @@
 
 #include "precis/error.hpp"
 #include "precis/format/all.hpp"
+#include "precis/tensor/detail/host_memory.hpp"
 #include "precis/tensor/shape.hpp"
 
 namespace precis {
@@ -70,14 +71,15 @@ struct aligned_delete {
   std::size_t n = 0;
   void operator()(T* p) const noexcept {
     std::destroy_n(p, n);
-    ::operator delete(static_cast<void*>(p), std::align_val_t{64});
+    release_host(static_cast<void*>(p), std::max<std::size_t>(n * sizeof(T), 1));
   }
 };
 
 template <class T>
 using aligned_buffer = std::unique_ptr<T[], aligned_delete<T>>;
 
-/// n zero elements on a 64-byte boundary; with zero = false, trivial types are left
+/// n zero elements on a 64-byte boundary (2 MiB from 2 MiB up, on huge pages where the system
+/// has them: tensor/detail/host_memory.hpp); with zero = false, trivial types are left
 /// uninitialized (for results every element of which is about to be written).
 ///
 /// A trivially copyable element is zeroed byte by byte (all-zero bits are +0 in every format):
@@ -87,7 +89,7 @@ using aligned_buffer = std::unique_ptr<T[], aligned_delete<T>>;
 template <class T>
 aligned_buffer<T> allocate_aligned(std::size_t n, bool zero = true) {
   const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
-  void* raw = ::operator new(bytes, std::align_val_t{64});
+  void* raw = allocate_host(bytes);
   T* p = static_cast<T*>(raw);
   try {
     if (zero && std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>) {
@@ -99,7 +101,7 @@ aligned_buffer<T> allocate_aligned(std::size_t n, bool zero = true) {
       std::uninitialized_default_construct_n(p, n);
     }
   } catch (...) {
-    ::operator delete(raw, std::align_val_t{64});
+    release_host(raw, bytes);
     throw;
   }
   return aligned_buffer<T>(p, aligned_delete<T>{n});

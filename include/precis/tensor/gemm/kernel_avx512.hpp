@@ -19,6 +19,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "precis/tensor/gemm/kernel_avx2.hpp"
 
 
@@ -132,12 +134,13 @@ PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_step
 /// zero-padded panel (ldb = 2 * lanes, 64-byte aligned) or, read where it lies, B itself when
 /// its rows hold the tile's whole width (kern.direct in gemm.hpp). beta == 0 does not read C.
 ///
-/// Two kinds of prefetch ride on the first k steps, one line a step, so that they never queue
-/// up behind each other (issued all at once, the 24 lines of a C tile filled the core's
-/// line-fill buffers and stalled the loop): the tile's C lines, which the epilogue will read or
-/// write, into L1; and `next_lines` 64-byte lines from `next` into L2: the driver's share of
-/// the B panel that the tiles after this one will read, which otherwise comes from L3 once the
-/// packed B block outgrows L2 (docs/benchmarks.md).
+/// Two kinds of prefetch ride on the k steps, so that they never queue up behind each other
+/// (issued all at once, the 24 lines of a C tile filled the core's line-fill buffers and stalled
+/// the loop): first the tile's C lines, which the epilogue will read or write, into L1, one
+/// every `gap` steps (up to 8: a C line that misses every cache takes longer than a few steps,
+/// and one a step left the loop waiting on them); then, one a step, `next_lines` 64-byte lines
+/// from `next` into L2: the driver's share of the B panel that the tiles after this one will
+/// read, which otherwise comes from L3 once the packed B block outgrows L2 (docs/benchmarks.md).
 template <class T>
 PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_core(
     index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb, T* c, index_t rs_c, index_t cs_c,
@@ -149,9 +152,12 @@ PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_core
   index_t p = 0;
   if (cs_c == 1) {  // C's rows dense: each row's 2 * lanes values span 2 lines (128 bytes)
     constexpr index_t last = 128 / index_t{sizeof(T)} - 1;
-    for (const index_t end = std::min(kc, 2 * mr); p < end; ++p) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + (p >> 1) * rs_c + (p & 1) * last), _MM_HINT_T0);
-      avx512_tile_step<T>(acc, a, b, ldb);
+    const index_t c_lines = 2 * mr;
+    const index_t gap = std::clamp<index_t>((kc - next_lines) / c_lines, 1, 8);
+    for (index_t q = 0; q < c_lines && p + gap <= kc; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + (q >> 1) * rs_c + (q & 1) * last), _MM_HINT_T0);
+      for (index_t r = 0; r < gap; ++r) avx512_tile_step<T>(acc, a, b, ldb);
+      p += gap;
     }
   }
   for (index_t q = 0; q < next_lines && p < kc; ++q, ++p) {
