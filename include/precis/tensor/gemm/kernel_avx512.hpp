@@ -57,23 +57,23 @@ struct avx512_vec<double> {
   PRECIS_TARGET_AVX512 static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
 };
 
-/// Fetches the mr x 128-byte block of C that a 12-row tile will write (rows dense in C only),
-/// issued before the tile's k loop so that the loop hides C's misses. Without it the epilogue
-/// waits on up to 24 lines of C, which the packing and the other tiles have evicted since this
-/// block was last touched. The AVX2 tile has always done this; on Zen 4 (docs/benchmarks.md) it
-/// took the AVX-512 fp32 GEMM at n = 1024 and 2048 from 84-85% to 88-90% of the FMA peak on one
-/// core and from 77-79% to 84-85% on two. (Prefetching the packed panels ahead measured no gain
-/// there.) always_inline: out of line, GCC 12 judges this function free of side effects and
-/// deletes the call. (The AVX512-BF16 tile uses it; the fp32 / fp64 tile spreads the same
-/// prefetches over its first k steps instead: avx512_tile_core.)
+/// Line l (0 <= l < 2 mr) of the mr x 128-byte block of C that a 12-row tile writes, rows dense
+/// in C: row l / 2, its first line or (l odd) the one holding its last element.
 template <class T>
-PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void prefetch_c_tile(const T* c, index_t rs_c, index_t cs_c,
-                                                                                index_t mr) {
-  constexpr index_t last = 128 / index_t{sizeof(T)} - 1;  // the tile's last element in a row
-  for (index_t i = 0; cs_c == 1 && i < mr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * rs_c), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * rs_c + last), _MM_HINT_T0);
-  }
+inline const char* c_tile_line(const T* c, index_t rs_c, index_t l) {
+  constexpr index_t last = 128 / index_t{sizeof(T)} - 1;
+  return reinterpret_cast<const char*>(c + (l >> 1) * rs_c + (l & 1) * last);
+}
+
+/// How many k steps apart a 12-row tile issues its `c_lines` C prefetches, given `steps` steps
+/// to spread them over: as far apart as fits, at most 8. A C line that misses every cache takes
+/// longer than a few steps to arrive, and more of them in flight than the core's line-fill
+/// buffers hold stall the loop. Before, the tiles issued all 24 at once, then one a step; on a
+/// 2-core KVM Xeon this spacing made the fp32 GEMM 5-12% faster at 2048^3 (docs/benchmarks.md).
+/// Issuing them late in the tile instead, closer to the epilogue, measured 0.8x: they arrive too
+/// late. (The AVX2 tile, first tuned on Zen 3 and Zen 4, issues its 6 rows at once.)
+inline index_t c_prefetch_gap(index_t steps, index_t c_lines) {
+  return std::clamp<index_t>(steps / std::max<index_t>(c_lines, 1), 1, 8);
 }
 
 /// C[0:mr, 0:nr] = alpha * acc (+ beta * C): the 12 x (2 * lanes) accumulator tile written out,
@@ -134,13 +134,12 @@ PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_step
 /// zero-padded panel (ldb = 2 * lanes, 64-byte aligned) or, read where it lies, B itself when
 /// its rows hold the tile's whole width (kern.direct in gemm.hpp). beta == 0 does not read C.
 ///
-/// Two kinds of prefetch ride on the k steps, so that they never queue up behind each other
-/// (issued all at once, the 24 lines of a C tile filled the core's line-fill buffers and stalled
-/// the loop): first the tile's C lines, which the epilogue will read or write, into L1, one
-/// every `gap` steps (up to 8: a C line that misses every cache takes longer than a few steps,
-/// and one a step left the loop waiting on them); then, one a step, `next_lines` 64-byte lines
-/// from `next` into L2: the driver's share of the B panel that the tiles after this one will
-/// read, which otherwise comes from L3 once the packed B block outgrows L2 (docs/benchmarks.md).
+/// Two kinds of prefetch ride on the k steps, so that they never queue up behind each other:
+/// first the tile's C lines, which the epilogue will read or write, into L1, spaced by
+/// c_prefetch_gap over the steps that the second kind leaves; then, one a step, `next_lines`
+/// 64-byte lines from `next` into L2: the driver's share of the B panel that the tiles after
+/// this one will read, which otherwise comes from L3 once the packed B block outgrows L2
+/// (docs/benchmarks.md).
 template <class T>
 PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_core(
     index_t kc, const T* __restrict a, const T* __restrict b, index_t ldb, T* c, index_t rs_c, index_t cs_c,
@@ -151,11 +150,9 @@ PRECIS_TARGET_AVX512 __attribute__((always_inline)) inline void avx512_tile_core
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = W::zero();
   index_t p = 0;
   if (cs_c == 1) {  // C's rows dense: each row's 2 * lanes values span 2 lines (128 bytes)
-    constexpr index_t last = 128 / index_t{sizeof(T)} - 1;
-    const index_t c_lines = 2 * mr;
-    const index_t gap = std::clamp<index_t>((kc - next_lines) / c_lines, 1, 8);
+    const index_t c_lines = 2 * mr, gap = c_prefetch_gap(kc - next_lines, c_lines);
     for (index_t q = 0; q < c_lines && p + gap <= kc; ++q) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + (q >> 1) * rs_c + (q & 1) * last), _MM_HINT_T0);
+      _mm_prefetch(c_tile_line(c, rs_c, q), _MM_HINT_T0);
       for (index_t r = 0; r < gap; ++r) avx512_tile_step<T>(acc, a, b, ldb);
       p += gap;
     }

@@ -176,30 +176,43 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_b_bf16_pairs(const bfloat16* b_, inde
   }
 }
 
+/// One pair step of the 12 x 32 tile: a row of B's pairs (two vectors) times each of A's 12
+/// pairs, added into the accumulators; a and b move on to the next pair.
+PRECIS_TARGET_AVX512_BF16 __attribute__((always_inline)) inline void avx512_bf16_tile_step(
+    __m512 (&acc)[12][2], const std::uint32_t* __restrict& a, const std::uint32_t* __restrict& b) {
+  const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
+  const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+  PRECIS_UNROLL(12)
+  for (int i = 0; i < 12; ++i) {
+    const __m512bh ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
+    acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ar);
+    acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, ar);
+  }
+  a += 12;
+  b += 32;
+}
+
 /// C[0:mr, 0:nr] = alpha * A_panel * B_panel (+ beta * C) over kp pairs of k; A_panel is
 /// 12 x kp pair dwords (interleaved by pair), B_panel kp x 32 pair dwords, both zero-padded to
-/// the full tile, B's panel 64-byte aligned. beta == 0 does not read C.
+/// the full tile, B's panel 64-byte aligned. beta == 0 does not read C. The tile's C lines are
+/// prefetched into L1 one every few steps, as the fp32 tile does (avx512_tile_core).
 PRECIS_TARGET_AVX512_BF16 inline void avx512_bf16_tile_kernel(index_t kp, const std::uint32_t* __restrict a,
                                                               const std::uint32_t* __restrict b, float* c, index_t rs_c,
                                                               index_t cs_c, index_t mr, index_t nr, float alpha,
                                                               float beta) {
-  constexpr int R = 12;
-  __m512 acc[R][2];
+  __m512 acc[12][2];
   PRECIS_UNROLL(12)
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  prefetch_c_tile(c, rs_c, cs_c, mr);
-  for (index_t q = 0; q < kp; ++q) {
-    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
-    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
-    PRECIS_UNROLL(12)
-    for (int i = 0; i < R; ++i) {
-      const __m512bh ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ar);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, ar);
+  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  index_t q = 0;
+  if (cs_c == 1) {
+    const index_t c_lines = 2 * mr, gap = c_prefetch_gap(kp, c_lines);
+    for (index_t l = 0; l < c_lines && q + gap <= kp; ++l) {
+      _mm_prefetch(c_tile_line(c, rs_c, l), _MM_HINT_T0);
+      for (index_t r = 0; r < gap; ++r) avx512_bf16_tile_step(acc, a, b);
+      q += gap;
     }
-    a += R;
-    b += 32;
   }
+  for (; q < kp; ++q) avx512_bf16_tile_step(acc, a, b);
   avx512_store_tile<float>(acc, c, rs_c, cs_c, mr, nr, alpha, beta);
 }
 
