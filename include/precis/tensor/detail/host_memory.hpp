@@ -1,13 +1,15 @@
 // Host memory for tensors, GEMM scratch and tape arenas: 64-byte-aligned blocks, and blocks of
 // 2 MiB or more on 2 MiB boundaries with their whole 2 MiB pages marked for transparent huge
-// pages (Linux: madvise(MADV_HUGEPAGE), which the kernel's default "madvise" mode requires).
+// pages (Linux: madvise(MADV_HUGEPAGE), which the kernel's "madvise" mode, the default of many
+// distributions, requires).
 //
 // Why: a GEMM over large operands touches more 4 KiB pages than the TLB holds, and every pass
-// over C walks them again; in a virtual machine each walk is two-dimensional and costs several
-// hundred cycles. On 2048 x 2048 fp32 operands huge pages made precis's GEMM 5-7% faster on a
-// 2-core KVM guest (docs/benchmarks.md). Only the whole 2 MiB pages inside a block are marked,
-// so no block holds more physical memory than its bytes round up to 4 KiB. The alignment is a
-// function of the size alone, so a block is freed with the alignment it was allocated with.
+// over C walks them again; in a virtual machine each walk is two-dimensional (up to 24 memory
+// references where a native one makes 4). On 2048 x 2048 fp32 operands huge pages made
+// precis's GEMM 1-4% faster on a 2-core KVM guest (docs/benchmarks.md). Only the whole 2 MiB
+// pages inside a block are marked, so no block holds more physical memory than its bytes round
+// up to 4 KiB. The alignment is a function of the size alone, so a block is freed with the
+// alignment it was allocated with.
 //
 // PRECIS_HUGE_PAGES=off (read at the first large allocation) leaves every block on 4 KiB
 // pages; `on` is the default.
