@@ -7,9 +7,10 @@
 // over C walks them again; in a virtual machine each walk is two-dimensional (up to 24 memory
 // references where a native one makes 4). On 2048 x 2048 fp32 operands huge pages made
 // precis's GEMM 1-4% faster on a 2-core KVM guest (docs/benchmarks.md). Only the whole 2 MiB
-// pages inside a block are marked, so no block holds more physical memory than its bytes round
-// up to 4 KiB. The alignment is a function of the size alone, so a block is freed with the
-// alignment it was allocated with.
+// pages inside a block are marked, so a block written whole holds no more physical memory than
+// its bytes rounded up to 4 KiB; one written in part (an arena block), at most one 2 MiB page
+// more. The alignment is a function of the size alone, so a block is freed with the alignment
+// it was allocated with.
 //
 // PRECIS_HUGE_PAGES=off (read at the first large allocation) leaves every block on 4 KiB
 // pages; `on` is the default.
