@@ -50,6 +50,7 @@ def main():
         opt = torch.optim.AdamW(ps, fused=True)
         print(f"| {name} | bf16-mixed, AdamW | {n} | {median_us(opt.step):.1f} |")
         scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(torch.ones((), device="cuda"))  # creates the scale, as scaling a loss does (unscale_ needs it)
 
         def scaled_step():
             scaler.unscale_(opt)

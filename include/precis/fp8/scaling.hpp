@@ -90,7 +90,9 @@ PRECIS_HOST_DEVICE inline std::uint32_t amax_key(float x) { return fp32_bits(x) 
 /// rounded once to nearest even into F8, saturating; whether |x * scale| reached overflow_at
 /// (F8's max + half its spacing there: what rounding to nearest would overflow from); whether a
 /// nonzero finite x became a zero. The device's casts call this per element; quantize_into is
-/// the host's vectorized form of it.
+/// the host's vectorized form of it. A NaN x keeps its sign and payload, made quiet, as x86's
+/// multiply leaves it; a GPU's multiply returns one canonical NaN instead, whose payload would
+/// reach e5m2's two mantissa bits as another pattern than the host's.
 template <class F8>
 struct element_cast {
   typename F8::storage_type bits;
@@ -102,8 +104,9 @@ PRECIS_HOST_DEVICE inline element_cast<F8> cast_element(float x, float scale, fl
   using storage = typename F8::storage_type;
   constexpr auto magnitude = static_cast<storage>((1u << (8 * sizeof(storage) - 1)) - 1u);
   const float b = x * scale;
+  const std::uint32_t product = x == x ? fp32_bits(b) : (fp32_bits(x) | 0x00400000u);
   const auto bits = static_cast<storage>(precis::detail::encode_bits<precis::detail::bit_format<F8>::lay>(
-      precis::detail::split_bits<precis::detail::fp32_layout>(fp32_bits(b)), rounding::nearest_even, overflow::saturate, 0));
+      precis::detail::split_bits<precis::detail::fp32_layout>(product), rounding::nearest_even, overflow::saturate, 0));
   return {bits, b >= overflow_at || -b >= overflow_at, x != 0.0f && x == x && (bits & magnitude) == 0};
 }
 
