@@ -22,7 +22,7 @@ torch_gemm  90 30  8  cuBLAS through PyTorch at 4096^3 and 8192^3 (torch_gemm.js
 train      150 40 14  bench_cuda_train: precis's training step on the device
 torch_train 150 40 14 PyTorch eager's step for the same models and policies
 demo       240 60 30  the demo on the device, default plan, full data set (demo-gpu/)
-cpu_gemm   150 40 12  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled, and its ratio table (cpu_gemm.json)
+cpu_gemm   150 40 12  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled, the benchmarks taking turns (the host's speed drifts), and its ratio table (cpu_gemm.json)
 cpu_demo   120 40 12  the demo's MLP, CNN and ViT on the host CPU, 32-true against bf16-mixed, one epoch each (demo-cpu/)
 optim       60 20 10  bench_cuda_optim: the fused optimizer step
 torch_optim 60 20 10  PyTorch's optimizer step for the same sizes"
@@ -88,7 +88,8 @@ run_step() {
     cpu_gemm)
       PRECIS_BENCH_THREADS=1,$(nproc) "$TREE/bench/perf/bench_gemm" \
         --benchmark_filter='^BM_peak|^(BM_precis_gemm<float, float>|BM_onednn_sgemm|BM_precis_gemm<precis::bfloat16, float>|BM_onednn_bf16)/n:(1024|2048)/' \
-        --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_out="$OUT/cpu_gemm.json" \
+        --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+        --benchmark_out="$OUT/cpu_gemm.json" \
         --benchmark_out_format=json && python3 "$SOURCE/bench/ratios.py" --gemm "$OUT/cpu_gemm.json" ;;
     cpu_demo)
       "$TREE/examples/train_fashion_mnist" --data "$data" --models mlp,cnn,vit --policies 32-true,bf16-mixed --epochs 1 \

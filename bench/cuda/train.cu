@@ -14,7 +14,10 @@
 // seed is the optimizer's loss scale in device memory: a step enqueues its work and waits for
 // nothing.
 //
-//   bench_cuda_train [--quick]
+//   bench_cuda_train [--quick] [--only TEXT]
+//
+// --only runs the rows whose "model | batch | policy" text contains TEXT (for example
+// "4096-4096-4096-10 | 8192 | bf16-mixed"), so that a profiler sees one case's kernels alone.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -116,11 +119,14 @@ times step_time_us(const std::vector<index_t>& widths, index_t batch, cudaStream
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--only TEXT]\n", argv[0]);
       return 2;
     }
   }
@@ -144,12 +150,12 @@ int main(int argc, char** argv) {
       const int reps = quick ? 5 : (widths == wide ? 20 : 200);
       std::string name = "MLP";
       for (std::size_t i = 0; i < widths.size(); ++i) name += (i ? "-" : " ") + std::to_string(widths[i]);
-      const auto row = [&](const char* policy, times t) {
-        std::printf("| %s | %lld | %s | %.1f | %.1f |\n", name.c_str(), static_cast<long long>(batch), policy, t.eager, t.graphed);
-      };
-      row("32-true", step_time_us<precis::policy::named<"32-true">>(widths, batch, stream, reps));
-      row("bf16-mixed", step_time_us<precis::policy::named<"bf16-mixed">>(widths, batch, stream, reps));
-      row("16-mixed", step_time_us<precis::policy::named<"16-mixed">>(widths, batch, stream, reps));
+      const auto key = [&](const char* policy) { return name + " | " + std::to_string(batch) + " | " + policy; };
+      const auto wanted = [&](const char* policy) { return key(policy).find(only) != std::string::npos; };
+      const auto row = [&](const char* policy, times t) { std::printf("| %s | %.1f | %.1f |\n", key(policy).c_str(), t.eager, t.graphed); };
+      if (wanted("32-true")) row("32-true", step_time_us<precis::policy::named<"32-true">>(widths, batch, stream, reps));
+      if (wanted("bf16-mixed")) row("bf16-mixed", step_time_us<precis::policy::named<"bf16-mixed">>(widths, batch, stream, reps));
+      if (wanted("16-mixed")) row("16-mixed", step_time_us<precis::policy::named<"16-mixed">>(widths, batch, stream, reps));
     }
     cudaStreamDestroy(stream);
   } catch (const std::exception& e) {
