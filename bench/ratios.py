@@ -65,7 +65,8 @@ def gemm_table(paths):
     # on L1-resident panels (absent when a --benchmark_filter left them out)
     ceilings = {k: v for k, v in med.items() if k.startswith(("BM_peak", "BM_tile_kernel"))}
     if ceilings:
-        print(f"Measured ceilings, 1 core (precis's GEMM at level {isa or 'not recorded'}):\n")
+        print(f"Measured ceilings, 1 core; `_all` rows: every thread at once, summed (precis's GEMM at level "
+              f"{isa or 'not recorded'}):\n")
         print("| ceiling | GFLOP/s |")
         print("|---|---|")
         for k, v in sorted(ceilings.items()):
