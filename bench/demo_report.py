@@ -4,10 +4,15 @@ numerics report uses) from the results.json that examples/train_fashion_mnist wr
 number and curve comes from the JSON.
 
   demo_report.py RESULTS_JSON DOCS_DIR
+  demo_report.py RESULTS_JSON DOCS_DIR --device "an NVIDIA H200, ..." [--reference CPU_RESULTS_JSON]
+
+--device: RESULTS_JSON is a run of `train_fashion_mnist --device cuda`; the report is
+DOCS/demo_gpu.md with plots DOCS/img/demo_gpu_*.png, and says where it ran. --reference adds to
+each model a comparison with the CPU run of the same policy and length in that file.
 """
+import argparse
 import json
 import os
-import sys
 
 from plotting import exponent_histogram, line_plot
 
@@ -47,8 +52,28 @@ def against_reference(rows, ref_name="32-true"):
     return "\n".join(lines)
 
 
-def model_section(name, description, rows, lo, img, st):
-    """One model's table, comparison and plots."""
+def against_cpu(rows, cpu_rows):
+    """Each device run against the CPU run of the same model, policy and length."""
+    lines = ["| policy | epochs | test accuracy, device | CPU | difference (pp) | final train loss, device | CPU | "
+             "skipped steps, device / CPU | final loss scale, device / CPU |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    missing = []
+    for r in rows:
+        c = next((q for q in cpu_rows if q["policy"] == r["policy"] and q["epochs"] == r["epochs"]), None)
+        if c is None:
+            missing.append(f"{r['policy']} ({r['epochs']} epochs)")
+            continue
+        lines.append(f"| {r['policy']} | {r['epochs']} | {r['test_accuracy']:.4f} | {c['test_accuracy']:.4f} | "
+                     f"{100 * (r['test_accuracy'] - c['test_accuracy']):+.2f} | {r['final_train_loss']:.4f} | "
+                     f"{c['final_train_loss']:.4f} | {r['skipped_steps']} / {c['skipped_steps']} | "
+                     f"{r['final_loss_scale']:g} / {c['final_loss_scale']:g} |")
+    if missing:
+        lines.append(f"\n(No CPU run of the same length for {', '.join(missing)}.)")
+    return "\n".join(lines)
+
+
+def model_section(name, description, rows, lo, img, st, prefix="demo", cpu_rows=None):
+    """One model's table, comparison and plots; with cpu_rows, also against the CPU's runs."""
     mixed = len({r["epochs"] for r in rows}) > 1
     curves = []
     for r in rows:
@@ -56,16 +81,24 @@ def model_section(name, description, rows, lo, img, st):
         curves.append((label(r, mixed), [((i + 1) * r["epochs"] / n, y) for i, y in enumerate(r["curve"])]))
     # from the end of the first epoch on, where the policies differ
     later = [y for _, pts in curves for x, y in pts if x >= 1] or [y for _, pts in curves for _, y in pts]
-    line_plot(os.path.join(img, f"demo_{name}_loss.png"), curves,
+    line_plot(os.path.join(img, f"{prefix}_{name}_loss.png"), curves,
               f"Fashion-MNIST, {name}: training loss (mean over each tenth of an epoch)",
               "epoch", "cross-entropy", yrange=(0.9 * min(later), 1.1 * max(later)))
     series = []
     for r in rows:
         total = r["gradient_values_sampled"]
         series.append((label(r, mixed), {lo + i: c / total for i, c in enumerate(r["histogram"])}))
-    exponent_histogram(os.path.join(img, f"demo_{name}_gradient_exponents.png"), series,
+    exponent_histogram(os.path.join(img, f"{prefix}_{name}_gradient_exponents.png"), series,
                        f"{name}: weight-gradient exponents, unscaled (sampled every 20 steps; zeros not shown)",
                        ylabel="fraction of gradient values", size="1000,450")
+    cpu = ""
+    if cpu_rows is not None:
+        cpu = f"""
+Against the CPU run of the same policy and length (the same initial weights, batches and
+schedule; another summation order):
+
+{against_cpu(rows, cpu_rows)}
+"""
     return f"""## {name}: {description}
 
 {table(rows)}
@@ -73,10 +106,10 @@ def model_section(name, description, rows, lo, img, st):
 The same numbers relative to 32-true{" (the run of the same length)" if len({r["epochs"] for r in rows}) > 1 else ""}:
 
 {against_reference(rows)}
+{cpu}
+![{name}: training loss per policy](img/{prefix}_{name}_loss.png)
 
-![{name}: training loss per policy](img/demo_{name}_loss.png)
-
-![{name}: weight-gradient exponents per policy, with fp16's thresholds](img/demo_{name}_gradient_exponents.png)
+![{name}: weight-gradient exponents per policy, with fp16's thresholds](img/{prefix}_{name}_gradient_exponents.png)
 """
 
 
@@ -99,37 +132,57 @@ def training(data, st):
                      for name, t in data["training"].items())
 
 
-def main(path, docs):
+def main(path, docs, device=None, reference=None):
     data = json.load(open(path))
     st, rows = data["settings"], data["results"]
     lo, _ = data["histogram_binades"]
     img = os.path.join(docs, "img")
     os.makedirs(img, exist_ok=True)
-    sections = [model_section(name, description, [r for r in rows if r["model"] == name], lo, img, st)
-                for name, description in data["models"].items()]
+    prefix = "demo_gpu" if device else "demo"
+    cpu = json.load(open(reference))["results"] if reference else None
+    sections = [model_section(name, description, [r for r in rows if r["model"] == name], lo, img, st, prefix,
+                              None if cpu is None else [r for r in cpu if r["model"] == name])
+                for name, description in data["models"].items() if any(r["model"] == name for r in rows)]
     body = "\n".join(sections)
-    md = f"""# Demo: Fashion-MNIST under every precision policy
-
-Generated by `make demo` (`examples/train_fashion_mnist`, then `bench/demo_report.py` from its
-`results.json`); do not edit by hand.
-
-Setup: cross-entropy, cosine learning-rate decay to 0, batch {st['batch']}, over the 60000
-training images, seed {st['seed']}; test accuracy on the 10000 test images. Every policy of a
-model starts from the same initial weights and sees the same batches. `make demo` trains the MLP
+    plan = """`make demo` trains the MLP
 under every policy (the emulated 16-bit "-true" policies for fewer epochs, beside a 32-true run
 of the same length as their reference) and the CNN and the ViT under 32-true, bf16-mixed and
 16-mixed, for a few epochs each (the epochs column); `make demo-full`
 (`train_fashion_mnist_full --full`: the program with every run compiled in) runs every model
-under every policy for longer. How each model trains (`--lr` replaces the learning rates):
+under every policy for longer."""
+    if device:
+        ran = ", ".join(name.upper() if name != "vit" else "ViT" for name in data["models"] if any(r["model"] == name for r in rows))
+        plan = (f"The device runs follow the CPU's plan (the emulated 16-bit \"-true\" policies for fewer epochs, "
+                f"beside a 32-true run of the same length; the epochs column); this run trained: {ran}.")
+        title = "# Demo on the GPU: Fashion-MNIST under every precision policy"
+        made = (f"Generated by `bench/demo_report.py --device` from the `results.json` of `train_fashion_mnist "
+                f"--device cuda`, run on {device}; do not edit by hand. The CPU's report is docs/demo.md.")
+        seconds = ("wall-clock seconds per epoch, training only, one run at a time on the GPU; each step "
+                   "copies its batch and labels to the device and reads its loss back (two waits a step)")
+        memory = ("GPU memory: the tape's device arenas at their peak, the parameters and their gradients, "
+                  "and the optimizer's fp32 masters and state.")
+    else:
+        title = "# Demo: Fashion-MNIST under every precision policy"
+        made = ("Generated by `make demo` (`examples/train_fashion_mnist`, then `bench/demo_report.py` from its\n"
+                "`results.json`); do not edit by hand.")
+        seconds = f"wall-clock seconds per epoch, training only, {timing(st)}"
+        memory = """the tape's peak (activations, their gradients, scratch), the parameters and their
+  gradients, and the optimizer's fp32 masters and state (SGD's momentum, AdamW's two moments).
+  Not the process's resident size."""
+    md = f"""{title}
+
+{made}
+
+Setup: cross-entropy, cosine learning-rate decay to 0, batch {st['batch']}, over the 60000
+training images, seed {st['seed']}; test accuracy on the 10000 test images. Every policy of a
+model starts from the same initial weights and sees the same batches. {plan} How each model trains (`--lr` replaces the learning rates):
 
 {training(data, st)}
 
 Columns:
 
-- **s / epoch**: wall-clock seconds per epoch, training only, {timing(st)}.
-- **memory**: the tape's peak (activations, their gradients, scratch), the parameters and their
-  gradients, and the optimizer's fp32 masters and state (SGD's momentum, AdamW's two moments).
-  Not the process's resident size.
+- **s / epoch**: {seconds}.
+- **memory**: {memory}
 - **fp16-flushed grads**: the fraction of weight-gradient values, divided by the loss scale,
   that are nonzero but round to zero in fp16: what fp16 without loss scaling would lose. Under
   16-true the gradients already are fp16 and unscaled, so there it is measured directly: the
@@ -145,12 +198,19 @@ Columns:
   every scale 1, which is what scaling buys.
 
 {body}"""
-    with open(os.path.join(docs, "demo.md"), "w") as f:
+    out = os.path.join(docs, f"{prefix}.md")
+    with open(out, "w") as f:
         f.write(md)
-    print(f"wrote {os.path.join(docs, 'demo.md')} and its plots in {img}")
+    print(f"wrote {out} and its plots in {img}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("docs")
+    ap.add_argument("--device", help="where a --device cuda run ran (writes demo_gpu.md)")
+    ap.add_argument("--reference", help="a CPU run's results.json to compare each device run with")
+    a = ap.parse_args()
+    if a.reference and not a.device:
+        ap.error("--reference compares a device run with the CPU's: give --device too")
+    main(a.results, a.docs, a.device, a.reference)
