@@ -21,7 +21,9 @@ gemm       180 60 24  bench_cuda_gemm: precis's kernels against cuBLASLt (JSON: 
 torch_gemm  90 30  8  cuBLAS through PyTorch at 4096^3 and 8192^3 (torch_gemm.json)
 train      150 40 14  bench_cuda_train: precis's training step on the device
 torch_train 150 40 14 PyTorch eager's step for the same models and policies
-demo       240 60 30  the demo on the device, default plan, full data set (demo-gpu/)
+profile     90 30 40  Nsight Compute's kernel times of a few training steps (the small MLP at batch 128 and the wide MLP, bf16-mixed) and each kernel's share (profile_*.log)
+demo       150 40 30  the demo's MLP and CNN on the device, default plan, full data set (demo-gpu/)
+vit         90 30  6  the demo's ViT on the device, one epoch of bf16-mixed (demo-gpu-vit/)
 cpu_gemm   150 40 12  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled, the benchmarks taking turns (the host's speed drifts), and its ratio table (cpu_gemm.json)
 cpu_demo   120 40 12  the demo's MLP, CNN and ViT on the host CPU, 32-true against bf16-mixed, one epoch each (demo-cpu/)
 optim       60 20 10  bench_cuda_optim: the fused optimizer step
@@ -84,7 +86,19 @@ run_step() {
     torch_gemm) python3 "$SOURCE/bench/cuda/torch_baseline.py" --json "$OUT/torch_gemm.json" ;;
     train) "$TREE/bench/cuda/bench_cuda_train" ;;
     torch_train) python3 "$SOURCE/bench/cuda/torch_train_baseline.py" ;;
-    demo) "$TREE/examples/train_fashion_mnist" --device cuda --data "$data" --out "$OUT/demo-gpu" ;;
+    profile)
+      ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+      [[ -n "$ncu" ]] || { echo "ncu not found"; exit 1; }
+      # launches skipped: the model's set-up and about 10 warm-up steps; then about 3 steps
+      "$ncu" --clock-control none --launch-skip 400 --launch-count 120 --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$TREE/bench/cuda/bench_cuda_train" --quick --only "784-256-128-10 | 128 | bf16-mixed" >"$OUT/profile_small.log" 2>&1 &&
+      "$ncu" --clock-control none --launch-skip 450 --launch-count 120 --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$TREE/bench/cuda/bench_cuda_train" --only "4096-4096-4096-10 | 8192 | bf16-mixed" >"$OUT/profile_wide.log" 2>&1 &&
+      for c in small wide; do echo "$c:"; python3 "$SOURCE/tools/ncu_shares.py" "$OUT/profile_$c.log" --top 8; done ;;
+    demo)
+      # the ViT apart: attention launches a few kernels per (entry, head) matrix, minutes per run
+      "$TREE/examples/train_fashion_mnist" --device cuda --data "$data" --models mlp,cnn --out "$OUT/demo-gpu" ;;
+    vit) "$TREE/examples/train_fashion_mnist" --device cuda --data "$data" --models vit --policies bf16-mixed --epochs 1 --out "$OUT/demo-gpu-vit" ;;
     cpu_gemm)
       PRECIS_BENCH_THREADS=1,$(nproc) "$TREE/bench/perf/bench_gemm" \
         --benchmark_filter='^BM_peak|^(BM_precis_gemm<float, float>|BM_onednn_sgemm|BM_precis_gemm<precis::bfloat16, float>|BM_onednn_bf16)/n:(1024|2048)/' \
