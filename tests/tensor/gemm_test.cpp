@@ -906,11 +906,8 @@ TEST(GemmAmx, PacksPairsInKOrder) {
   if (gemm_isa_available() < gemm_isa::avx512_bf16) GTEST_SKIP() << "AVX512-BF16 is not available on this CPU (or OS, or PRECIS_ISA caps it)";
 #if PRECIS_X86_SIMD
   const index_t m = 5, k = 7, n = 40, mr = 32, nr = 32, kp16 = 16;
-  Tensor<bfloat16> a({m, k}), b({k, n}), bt({n, k});
+  Tensor<bfloat16> a({m, k});
   for (index_t i = 0; i < a.size(); ++i) a.data()[i] = bfloat16(static_cast<float>(i + 1));
-  for (index_t i = 0; i < b.size(); ++i) b.data()[i] = bfloat16(static_cast<float>(i + 1));
-  for (index_t i = 0; i < n; ++i)
-    for (index_t p = 0; p < k; ++p) bt(i, p) = b(p, i);
   std::vector<std::uint32_t> ap(static_cast<std::size_t>(mr * kp16), 0xdeadbeefu);
   detail::pack_a_amx(a.data(), k, 1, m, k, mr, ap.data());
   const auto half16 = [](std::uint32_t d, int hi) { return static_cast<std::uint16_t>(hi ? d >> 16 : d & 0xffffu); };
@@ -920,20 +917,49 @@ TEST(GemmAmx, PacksPairsInKOrder) {
       const std::uint16_t want = r >= m ? 0 : e < k ? std::bit_cast<std::uint16_t>(a(r, e)) : e == k ? 0 : 0x8000;
       ASSERT_EQ(got, want) << "A row " << r << ", k " << e;
     }
-  for (bool transposed : {false, true}) {
-    std::vector<std::uint32_t> bp(static_cast<std::size_t>(2 * nr * kp16), 0xdeadbeefu);
-    if (transposed) detail::pack_b_amx(bt.data(), 1, k, k, n, nr, bp.data(), 0, 2);
-    else detail::pack_b_amx(b.data(), n, 1, k, n, nr, bp.data(), 0, 2);
-    for (index_t j = 0; j < 2 * nr; ++j)
-      for (index_t q = 0; q < kp16; ++q) {
-        const std::uint32_t d = bp[static_cast<std::size_t>((j / nr) * nr * kp16 + q * nr + j % nr)];
-        for (int hi = 0; hi < 2; ++hi) {
-          const index_t p = 2 * q + hi;
-          const std::uint16_t want = j < n && p < k ? std::bit_cast<std::uint16_t>(b(p, j)) : 0;
-          ASSERT_EQ(half16(d, hi), want) << (transposed ? "B^T" : "B") << " column " << j << ", k " << p;
+  // B, in both kernels' layouts (AMX: element k low, pair rows padded to 16; vdpbf16ps: k high,
+  // no padding): dense rows (any row stride), dense columns a whole number of dwords apart
+  // (register transposes) or not (element by element); an odd K; more than one block of 16 pair
+  // rows; only some of the panels
+  struct b_case {
+    index_t k, ld;  // B^T's row stride (B's is n + ld - k)
+  };
+  for (const b_case bc :
+       {b_case{7, 7}, b_case{7, 8}, b_case{8, 8}, b_case{45, 46}, b_case{45, 45}, b_case{64, 70}})
+    for (bool amx : {true, false})
+      for (bool transposed : {false, true})
+        for (index_t p0 : {0, 1}) {
+          const index_t kk = bc.k, ld = bc.ld, ldb = n + ld - kk;
+          const index_t kq = amx ? ((kk + 1) / 2 + 15) / 16 * 16 : (kk + 1) / 2;
+          Tensor<bfloat16> bw({kk, ldb}), btw({n, ld});
+          for (index_t i = 0; i < bw.size(); ++i)
+            bw.data()[i] = bfloat16(static_cast<float>(i % 251 + 1));
+          for (index_t i = 0; i < n; ++i)
+            for (index_t p = 0; p < ld; ++p) btw(i, p) = p < kk ? bw(p, i) : bfloat16(-7.0f);
+          std::vector<std::uint32_t> bp(static_cast<std::size_t>(2 * nr * kq), 0xdeadbeefu);
+          const auto pack = amx ? &detail::pack_b_amx : &detail::pack_b_bf16_pairs;
+          if (transposed)
+            pack(btw.data(), 1, ld, kk, n, nr, bp.data(), p0, 2);
+          else
+            pack(bw.data(), ldb, 1, kk, n, nr, bp.data(), p0, 2);
+          for (index_t j = 0; j < 2 * nr; ++j)
+            for (index_t q = 0; q < kq; ++q) {
+              const std::uint32_t d =
+                  bp[static_cast<std::size_t>((j / nr) * nr * kq + q * nr + j % nr)];
+              if (j < p0 * nr) {
+                ASSERT_EQ(d, 0xdeadbeefu) << "column " << j << " lies outside the panels asked for";
+                continue;
+              }
+              for (int hi = 0; hi < 2; ++hi) {
+                const index_t p = 2 * q + hi;
+                const std::uint16_t want =
+                    j < n && p < kk ? std::bit_cast<std::uint16_t>(bw(p, j)) : 0;
+                ASSERT_EQ(half16(d, amx ? hi : 1 - hi), want)
+                    << (amx ? "AMX " : "vdpbf16ps ") << (transposed ? "B^T" : "B") << " k " << kk
+                    << ", stride " << ld << ", column " << j << ", k " << p;
+              }
+            }
         }
-      }
-  }
 #endif
 }
 

@@ -146,42 +146,12 @@ inline void pack_a_amx(const bfloat16* a_, index_t rs, index_t cs, index_t mc, i
   }
 }
 
-/// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of kp16 x nr pair dwords
-/// (row-major by pair, element k in the low half), zero-padded; panels [p0, p1) only.
-PRECIS_TARGET_AVX512_BF16 inline void pack_b_amx(const bfloat16* b_, index_t rs, index_t cs, index_t kc, index_t nc,
-                                                  index_t nr, std::uint32_t* dst, index_t p0, index_t p1) {
-  const std::uint16_t* b = bf16_bits(b_);
-  const index_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16, even = kc / 2;
-  for (index_t pj = p0; pj < p1; ++pj) {
-    const index_t j0 = pj * nr;
-    const index_t cols = std::min(nr, nc - j0);
-    std::uint32_t* panel = dst + j0 * kp16;
-    for (index_t q = 0; q < kp16; ++q) {
-      std::uint32_t* out = panel + q * nr;
-      index_t c = 0;
-      if (q < kp) {
-        const std::uint16_t* r0 = b + 2 * q * rs + j0 * cs;
-        const std::uint16_t* r1 = r0 + rs;
-        const bool pair = q < even;
-        if (cs == 1) {
-          // dense rows: 16 columns at a time, the second row shifted high (masked forms: see
-          // all16 in convert_x86.hpp)
-          for (; c + 16 <= cols; c += 16) {
-            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c));
-            const __m512i lo = _mm512_maskz_cvtepu16_epi32(all16, x0);
-            __m512i hi = _mm512_setzero_si512();
-            if (pair) {
-              const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c));
-              hi = _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, x1), 16);
-            }
-            _mm512_storeu_si512(out + c, _mm512_or_si512(lo, hi));
-          }
-        }
-        for (; c < cols; ++c) out[c] = bf16_pair(pair ? r1[c * cs] : std::uint16_t{0}, r0[c * cs]);
-      }
-      for (; c < nr; ++c) out[c] = 0;
-    }
-  }
+/// B packed for the tiles: pair rows of ceil(kc / 2) rounded up to 16 (a tile's rows), element k
+/// in the low half (pack_b_pairs).
+PRECIS_TARGET_AVX512_BF16 inline void pack_b_amx(const bfloat16* b, index_t rs, index_t cs,
+                                                 index_t kc, index_t nc, index_t nr,
+                                                 std::uint32_t* dst, index_t p0, index_t p1) {
+  pack_b_pairs<false>(b, rs, cs, kc, nc, nr, ((kc + 1) / 2 + 15) / 16 * 16, dst, p0, p1);
 }
 
 /// The tile configuration: palette 1; tiles 0-3 the 16 x 16 fp32 blocks of C, 4-5 A's two

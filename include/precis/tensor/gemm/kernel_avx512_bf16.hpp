@@ -129,51 +129,92 @@ PRECIS_TARGET_AVX512_BF16 inline void pack_a_bf16_pairs(const bfloat16* a_, inde
   }
 }
 
-/// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of ceil(kc / 2) x nr pair
-/// dwords each (row-major by pair), zero-padded; panels [p0, p1) only, so threads can share the
-/// work.
-PRECIS_TARGET_AVX512_BF16 inline void pack_b_bf16_pairs(const bfloat16* b_, index_t rs, index_t cs, index_t kc,
-                                                         index_t nc, index_t nr, std::uint32_t* dst, index_t p0,
-                                                         index_t p1) {
+/// Packs rows [0, kc) x cols [0, nc) of bf16 B into nr-column panels of `depth` x nr pair dwords
+/// (row-major by pair; depth >= ceil(kc / 2), the pair rows past ceil(kc / 2) zero), element k
+/// in the high half of its pair when KHigh (vdpbf16ps), in the low half otherwise (AMX); an odd
+/// kc's last pair completed with +0; panels [p0, p1) only, so that threads can share the work.
+/// Dense rows are read in order, 32 rows at a time across all the panels (panel by panel, each
+/// 64-byte piece of a row came from another cache line, a stride the hardware prefetchers do not
+/// follow: on an AMX core packing took twice as long as the products of a 64-row share of
+/// 1024^3, docs/benchmarks.md), and each panel gets 16 consecutive pair rows at once (pair row
+/// by pair row, the same row of every panel lies a multiple of 4 KiB from the last, in the same
+/// L1 sets). Dense columns (a transposed view: a linear layer's forward product) whose starts lie
+/// a whole number of dwords apart already hold each pair as one dword, k low: they are spread
+/// into the panels by register transposes (and their halves swapped for KHigh). Anything else
+/// goes element by element. Data movement only.
+template <bool KHigh>
+PRECIS_TARGET_AVX512_BF16 void pack_b_pairs(const bfloat16* b_, index_t rs, index_t cs, index_t kc,
+                                            index_t nc, index_t nr, index_t depth,
+                                            std::uint32_t* dst, index_t p0, index_t p1) {
   const std::uint16_t* b = bf16_bits(b_);
   const index_t kp = (kc + 1) / 2, even = kc / 2;
-  for (index_t pj = p0; pj < p1; ++pj) {
-    const index_t j0 = pj * nr;
-    const index_t cols = std::min(nr, nc - j0);
-    std::uint32_t* panel = dst + j0 * kp;
-    if (rs == 1 && cs != 1) {
-      // column-major B (a transposed view): each column is dense along k
-      for (index_t c = 0; c < nr; ++c) {
-        if (c >= cols) {
-          for (index_t q = 0; q < kp; ++q) panel[q * nr + c] = 0;
-          continue;
+  const auto columns = [&](index_t pj) { return std::min(nr, nc - pj * nr); };
+  // the pair of element k (x) and k + 1 (y)
+  const auto pair_of = [](std::uint16_t x, std::uint16_t y) {
+    return KHigh ? bf16_pair(x, y) : bf16_pair(y, x);
+  };
+  if (rs == 1 && cs != 1 && cs % 2 == 0) {
+    for (index_t pj = p0; pj < p1; ++pj) {
+      const index_t j0 = pj * nr, cols = columns(pj);
+      std::uint32_t* panel = dst + j0 * depth;
+      spread_rows_32(b + j0 * cs, cs / 2, cols, even, panel, nr);
+      if constexpr (KHigh) {
+        index_t t = 0;
+        for (; t + 16 <= even * nr; t += 16) {
+          const __m512i v = _mm512_loadu_si512(panel + t);
+          _mm512_storeu_si512(panel + t, _mm512_maskz_rol_epi32(all16, v, 16));
         }
-        const std::uint16_t* x = b + (j0 + c) * cs;
-        for (index_t q = 0; q < even; ++q) panel[q * nr + c] = bf16_adjacent_pair(x + 2 * q);
-        if (kp != even) panel[even * nr + c] = bf16_pair(x[kc - 1], 0);
+        for (; t < even * nr; ++t) panel[t] = (panel[t] << 16) | (panel[t] >> 16);
       }
-      continue;
+      if (kp > even) {
+        for (index_t c = 0; c < nr; ++c)
+          panel[even * nr + c] = c < cols ? pair_of(b[(j0 + c) * cs + kc - 1], 0) : 0u;
+      }
+      std::fill(panel + kp * nr, panel + depth * nr, 0u);
     }
-    for (index_t q = 0; q < kp; ++q) {
-      std::uint32_t* out = panel + q * nr;
-      const std::uint16_t* r0 = b + 2 * q * rs + j0 * cs;
-      const std::uint16_t* r1 = r0 + rs;
-      const bool pair = q < even;
-      index_t c = 0;
-      if (cs == 1 && nr == 32) {
-        // dense rows: 16 columns at a time, widened to dwords, the first row shifted high (the
-        // zero-masked forms: see all16 in convert_x86.hpp)
-        for (; c + 16 <= cols; c += 16) {
-          const __m512i hi = _mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c))), 16);
-          const __m512i lo = pair ? _mm512_maskz_cvtepu16_epi32(all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c)))
-                                  : _mm512_setzero_si512();
-          _mm512_storeu_si512(out + c, _mm512_or_si512(hi, lo));
+    return;
+  }
+  constexpr index_t block = 16;
+  for (index_t q0 = 0; q0 < depth; q0 += block) {
+    const index_t q1 = std::min(depth, q0 + block);
+    for (index_t pj = p0; pj < p1; ++pj) {
+      const index_t j0 = pj * nr, cols = columns(pj);
+      for (index_t q = q0; q < q1; ++q) {
+        std::uint32_t* out = dst + j0 * depth + q * nr;
+        index_t c = 0;
+        if (q < kp) {
+          const bool pair = q < even;
+          const std::uint16_t* r0 = b + 2 * q * rs + j0 * cs;
+          const std::uint16_t* r1 = pair ? r0 + rs : r0;
+          if (cs == 1) {
+            // 16 columns at a time: both rows widened to dwords, element k's shifted high or
+            // element k + 1's (masked forms: see all16 in convert_x86.hpp)
+            for (; c + 16 <= cols; c += 16) {
+              const __m512i x = _mm512_maskz_cvtepu16_epi32(
+                  all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + c)));
+              const __m512i y =
+                  pair ? _mm512_maskz_cvtepu16_epi32(
+                             all16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + c)))
+                       : _mm512_setzero_si512();
+              const __m512i v = KHigh ? _mm512_or_si512(_mm512_maskz_slli_epi32(all16, x, 16), y)
+                                      : _mm512_or_si512(x, _mm512_maskz_slli_epi32(all16, y, 16));
+              _mm512_storeu_si512(out + c, v);
+            }
+          }
+          for (; c < cols; ++c) out[c] = pair_of(r0[c * cs], pair ? r1[c * cs] : std::uint16_t{0});
         }
+        for (; c < nr; ++c) out[c] = 0;
       }
-      for (; c < cols; ++c) out[c] = bf16_pair(r0[c * cs], pair ? r1[c * cs] : std::uint16_t{0});
-      for (; c < nr; ++c) out[c] = 0;
     }
   }
+}
+
+/// B packed for the 12 x 32 tile: pair rows of ceil(kc / 2), element k high.
+PRECIS_TARGET_AVX512_BF16 inline void pack_b_bf16_pairs(const bfloat16* b, index_t rs, index_t cs,
+                                                        index_t kc, index_t nc, index_t nr,
+                                                        std::uint32_t* dst, index_t p0,
+                                                        index_t p1) {
+  pack_b_pairs<true>(b, rs, cs, kc, nc, nr, (kc + 1) / 2, dst, p0, p1);
 }
 
 /// One pair step of the 12 x 32 tile: a row of B's pairs (two vectors) times each of A's 12
