@@ -137,6 +137,22 @@ def gemm_table(paths):
             line += f" {100 * p / (pk * t):.0f}% |" if p and pk else " - |"
         print(line)
 
+    # the threads' split: the automatic rule (a grid of threads on more than 4 where the rows
+    # would be split) against the rows split with B shared, in the same run
+    split = defaultdict(dict)
+    for name, g in med.items():
+        m = re.match(r"BM_precis_gemm(_rows)?<(.+?), (.+?)>/n:(-?\d+)/threads:(\d+)", name)
+        if m:
+            src = m.group(2).replace("precis::", "") + " -> " + m.group(3).replace("precis::", "")
+            split[(m.group(4), int(m.group(5)), src)]["rows" if m.group(1) else "auto"] = g
+    split = {k: v for k, v in split.items() if "rows" in v and "auto" in v}
+    if split:
+        print("\nThe threads' split: automatic (a grid on more than 4 threads) against rows with B shared, GFLOP/s:\n")
+        print("| shape | threads | input -> accumulator | rows, B shared | automatic | ratio |")
+        print("|---|---|---|---|---|---|")
+        for (n, t, src), v in sorted(split.items(), key=lambda kv: (kv[0][1], int(kv[0][0]) < 0, abs(int(kv[0][0])), kv[0][2])):
+            print(f"| {MLP.get(n, f'{n}^3')} | {t} | {src} | {v['rows']:.1f} | {v['auto']:.1f} | {v['auto'] / v['rows']:.2f}x |")
+
     if narrow:
         print("\nAccumulating in the 16-bit format (every product and sum rounded to it), against "
               "Eigen's product of the same type, which does the same arithmetic:\n")

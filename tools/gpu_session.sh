@@ -24,7 +24,7 @@ torch_train 150 40 14 PyTorch eager's step for the same models and policies
 profile     90 30 40  Nsight Compute's kernel times of a few training steps (the small MLP at batch 128 and the wide MLP, bf16-mixed) and each kernel's share (profile_*.log)
 demo       150 40 30  the demo's MLP and CNN on the device, default plan, full data set (demo-gpu/)
 vit         90 30  6  the demo's ViT on the device, one epoch of bf16-mixed (demo-gpu-vit/)
-cpu_gemm   150 40 12  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled, the benchmarks taking turns (the host's speed drifts), and its ratio table (cpu_gemm.json)
+cpu_gemm   180 40 20  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled and the rows split beside the automatic one (a grid on many threads), the benchmarks taking turns (the host's speed drifts), and its ratio tables (cpu_gemm.json)
 cpu_demo   120 40 12  the demo's MLP, CNN and ViT on the host CPU, 32-true against bf16-mixed, one epoch each (demo-cpu/)
 optim       60 20 10  bench_cuda_optim: the fused optimizer step
 torch_optim 60 20 10  PyTorch's optimizer step for the same sizes"
@@ -101,7 +101,7 @@ run_step() {
     vit) "$TREE/examples/train_fashion_mnist" --device cuda --data "$data" --models vit --policies bf16-mixed --epochs 1 --out "$OUT/demo-gpu-vit" ;;
     cpu_gemm)
       PRECIS_BENCH_THREADS=1,$(nproc) "$TREE/bench/perf/bench_gemm" \
-        --benchmark_filter='^BM_peak|^(BM_precis_gemm<float, float>|BM_onednn_sgemm|BM_precis_gemm<precis::bfloat16, float>|BM_onednn_bf16)/n:(1024|2048)/' \
+        --benchmark_filter='^BM_peak|^(BM_precis_gemm(_rows)?<float, float>|BM_onednn_sgemm|BM_precis_gemm(_rows)?<precis::bfloat16, float>|BM_onednn_bf16)/n:(1024|2048)/' \
         --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
         --benchmark_out="$OUT/cpu_gemm.json" \
         --benchmark_out_format=json && python3 "$SOURCE/bench/ratios.py" --gemm "$OUT/cpu_gemm.json" ;;

@@ -76,6 +76,16 @@ void BM_precis_gemm_capped(benchmark::State& state) {
   precis::limit_gemm_isa(before);
 }
 
+/// BM_precis_gemm with the threads splitting the rows and sharing the packed B, as the GEMM did
+/// on more than 4 threads before it formed grids (precis::detail::set_gemm_split): beside
+/// BM_precis_gemm in the same run, what the grid changes.
+template <class S, class Acc>
+void BM_precis_gemm_rows(benchmark::State& state) {
+  const auto before = precis::detail::set_gemm_split(precis::detail::gemm_split::rows);
+  BM_precis_gemm<S, Acc>(state);
+  precis::detail::set_gemm_split(before);
+}
+
 /// Eigen's product of T.
 template <class T>
 void BM_eigen_gemm(benchmark::State& state) {
@@ -472,6 +482,8 @@ BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
 BENCHMARK(BM_onednn_bf16)->Apply(sizes);
 #endif
+BENCHMARK_TEMPLATE(BM_precis_gemm_rows, float, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm_rows, precis::bfloat16, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::half)->Apply(small_sizes);

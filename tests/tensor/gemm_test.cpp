@@ -98,13 +98,17 @@ void expect_thread_counts_identical(index_t m, index_t k, index_t n) {
   const auto b = random_tensor<S>({k, n}, -1, 1, 2);
   Tensor<float> c1({m, n}), c2({m, n});
   gemm<float>(1.0f, a, b, 0.0f, c1, 1);
-  gemm<float>(1.0f, a, b, 0.0f, c2, 2);
-  EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin())) << m << "x" << k << "x" << n;
+  for (int threads : {2, 6, 16}) {
+    gemm<float>(1.0f, a, b, 0.0f, c2, threads);
+    EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin())) << m << "x" << k << "x" << n << ", " << threads << " threads";
+  }
 }
 
 TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
   // two threads split the columns (n = 259: 9 panels of 32) or, with fewer panels, the rows
-  // (n = 40); K in unequal blocks (517 = 173 + 173 + 171), several N blocks (3100 > nc)
+  // (n = 40); 6 and 16 threads split the rows or, where each gets at least a panel, form a grid
+  // (fp32: 26 row panels of 12; AMX: 10 of 32); K in unequal blocks (517 = 173 + 173 + 171),
+  // several N blocks (3100 > nc)
   expect_thread_counts_identical<bfloat16>(301, 517, 259);
   expect_thread_counts_identical<float>(301, 517, 259);
   expect_thread_counts_identical<float>(301, 517, 40);
@@ -112,6 +116,28 @@ TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
     expect_thread_counts_identical<half>(150, 700, 3100);
     expect_thread_counts_identical<bfloat16>(150, 700, 3100);
   }
+}
+
+TEST(GemmThreads, GridOfThreadsBalancesBlocksAndPacking) {
+  // 1024^3 on 16 threads, AMX panels (32 x 32): every grid gives each thread 2^16 entries of C,
+  // and 4 x 4 packs the fewest rows and columns (256 + 256)
+  auto g = detail::choose_thread_grid(16, 32, 32, 32, 32, 32);
+  EXPECT_EQ(g.rows, 4);
+  EXPECT_EQ(g.cols, 4);
+  // fp32 panels (12 x 32; 86 row panels): 2 x 8 has the smallest blocks (516 x 128), 4 x 4
+  // blocks 2% larger (264 x 256) but 124 fewer rows and columns to pack
+  g = detail::choose_thread_grid(16, 86, 32, 12, 32, 32);
+  EXPECT_EQ(g.rows, 4);
+  EXPECT_EQ(g.cols, 4);
+  // few columns: all the threads on the rows
+  g = detail::choose_thread_grid(8, 200, 1, 12, 32, 32);
+  EXPECT_EQ(g.rows, 8);
+  EXPECT_EQ(g.cols, 1);
+  // a prime thread count has only the two splits: here the same blocks (840 x 320 or 120 x
+  // 2240), the columns packing fewer
+  g = detail::choose_thread_grid(7, 70, 70, 12, 32, 32);
+  EXPECT_EQ(g.rows, 1);
+  EXPECT_EQ(g.cols, 7);
 }
 
 // The packers' interleave, against the loop that defines it: every width the tiles use (whole

@@ -388,21 +388,56 @@ struct gemm_kernel {
 };
 
 /// How the threads of one GEMM share the work: the automatic rule in gemm_packed, or, for
-/// measuring, always by rows (B packed once and shared) or by columns (each thread packs all of
-/// A and its own B panels). PRECIS_GEMM_SPLIT=auto|rows|columns sets it at the first GEMM.
-enum class gemm_split { automatic, rows, columns };
+/// measuring, always by rows (B packed once and shared), by columns (each thread packs all of
+/// A and its own B panels) or as a grid (each thread packs its own rows of A and its own B
+/// panels). PRECIS_GEMM_SPLIT=auto|rows|columns|grid sets it at the first GEMM.
+enum class gemm_split { automatic, rows, columns, grid };
 
 inline gemm_split gemm_split_from_env() {
   const char* e = std::getenv("PRECIS_GEMM_SPLIT");
   if (e == nullptr || std::string(e) == "auto") return gemm_split::automatic;
   if (std::string(e) == "rows") return gemm_split::rows;
   if (std::string(e) == "columns") return gemm_split::columns;
-  throw invalid_argument("precis::gemm: PRECIS_GEMM_SPLIT=\"" + std::string(e) + "\"; expected auto, rows or columns");
+  if (std::string(e) == "grid") return gemm_split::grid;
+  throw invalid_argument("precis::gemm: PRECIS_GEMM_SPLIT=\"" + std::string(e) + "\"; expected auto, rows, columns or grid");
 }
 
-inline gemm_split gemm_split_in_use() {
-  static const gemm_split s = gemm_split_from_env();
-  return s;
+/// The grid of threads (rows x cols = threads) for m_panels x n_panels panels of mr x nr: the one
+/// whose busiest thread has the least to do, counting its block of C (mr x nr entries a panel
+/// pair) and, at `pack` entries a row or column, the rows of A and the columns of B it packs
+/// and reads (a packed value costs several multiply-adds: it is loaded, converted, stored and
+/// loaded again from memory or a far cache). Ties go to more row groups.
+struct thread_grid {
+  index_t rows = 1, cols = 1;
+};
+inline thread_grid choose_thread_grid(index_t threads, index_t m_panels, index_t n_panels, index_t mr, index_t nr,
+                                      index_t pack) {
+  thread_grid best{threads, 1};
+  index_t best_cost = -1;
+  for (index_t tc = 1; tc <= threads; ++tc) {
+    if (threads % tc != 0) continue;
+    const index_t tr = threads / tc;
+    const index_t rows = (m_panels + tr - 1) / tr * mr, cols = (n_panels + tc - 1) / tc * nr;
+    const index_t cost = rows * cols + pack * (rows + cols);
+    if (best_cost < 0 || cost < best_cost) {
+      best = {tr, tc};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+inline std::atomic<int>& gemm_split_rule() {
+  static std::atomic<int> rule{static_cast<int>(gemm_split_from_env())};
+  return rule;
+}
+
+inline gemm_split gemm_split_in_use() { return static_cast<gemm_split>(gemm_split_rule().load(std::memory_order_relaxed)); }
+
+/// Sets the rule the GEMMs that start after it use (for measuring one against another in one
+/// process); returns the previous one.
+inline gemm_split set_gemm_split(gemm_split rule) {
+  return static_cast<gemm_split>(gemm_split_rule().exchange(static_cast<int>(rule)));
 }
 
 template <class Acc>
@@ -482,12 +517,24 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const bool rows_suffice = m_panels >= index_t{threads} && (amx || threads > 4);
   const index_t min_panels = (m_panels < index_t{threads} ? 2 : 4) * index_t{threads};
   const gemm_split rule = gemm_split_in_use();
-  const bool split_n = threads > 1 && n_panels >= min_panels &&
+  // Where the rows would be split on more than 4 threads, a grid instead, when
+  // choose_thread_grid finds one with more than one row and column group: each thread packs
+  // its own rows of A and its own B panels (no barrier) and multiplies them. A share of a few
+  // rows reads every B panel, packed by the other threads, from far caches, for a few tiles
+  // each: on a 2-core Xeon the 1/16 shares of 1024^3 ran 1.7x (bf16, AMX) and 1.15x (fp32)
+  // faster as 256 x 256 blocks than as 64 rows x 1024 with B shared (docs/benchmarks.md).
+  constexpr index_t pack_cost = 32;
+  const auto grid_for = [&](int t) { return choose_thread_grid(t, m_panels, n_panels, bl.mr, bl.nr, pack_cost); };
+  const thread_grid auto_grid = grid_for(threads);
+  const bool grid = threads > 1 && (rule == gemm_split::grid || (rule == gemm_split::automatic && threads > 4 && rows_suffice &&
+                                                                 auto_grid.cols > 1 && auto_grid.rows > 1));
+  const bool split_n = !grid && threads > 1 && n_panels >= min_panels &&
                        (rule == gemm_split::columns ||
                         (rule == gemm_split::automatic && share_bytes <= (index_t{512} << 10) && !rows_suffice));
-  threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
+  const bool private_b = grid || split_n;  // each thread packs its own B panels
+  if (!grid) threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
-  P* const bp_shared = split_n ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
+  P* const bp_shared = private_b ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
   // B read where it lies (kern.direct) when its rows hold whole panels densely, in P itself,
   // and lie close (at most 2 KiB apart; further apart, each k's row is on another page, which
   // the hardware prefetchers do not cross, and packing pays: docs/benchmarks.md). Only a
@@ -501,12 +548,16 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
 
   auto body = [&](int tid, int nthreads) {
     if (kern.begin != nullptr) kern.begin();
-    P* const bp = split_n ? scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max)) : bp_shared;
+    P* const bp = private_b ? scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max)) : bp_shared;
     P* ap = scratch<P, 1>(static_cast<std::size_t>((bl.mc + bl.mr) * depth(kc_max)));
     Acc* row = pairs ? nullptr
                      : scratch<Acc, 2>(static_cast<std::size_t>(std::max({kc_max, nc_max, bl.mc + bl.mr, std::max(bl.mr, bl.nr) * kc_max})));
-    const index_t r0 = split_n ? 0 : m_panels * tid / nthreads * bl.mr;
-    const index_t r1 = split_n ? m : std::min(m, m_panels * (tid + 1) / nthreads * bl.mr);
+    // this thread's place: row group ti of tr, column group tj of tc (for the grid of the
+    // threads OpenMP gave, which may be fewer than asked for)
+    const thread_grid g = grid ? grid_for(nthreads) : split_n ? thread_grid{1, nthreads} : thread_grid{nthreads, 1};
+    const index_t ti = tid / g.cols, tj = tid % g.cols;
+    const index_t r0 = std::min(m, m_panels * ti / g.rows * bl.mr);
+    const index_t r1 = std::min(m, m_panels * (ti + 1) / g.rows * bl.mr);
     // this thread's rows in equal blocks of whole panels, at most ~bl.mc rows each
     const index_t my_panels = (r1 - r0 + bl.mr - 1) / bl.mr;
     const index_t m_blocks = std::max<index_t>(1, (my_panels * bl.mr + bl.mc - 1) / bl.mc);
@@ -518,15 +569,16 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
         const index_t kc = std::min(kc_max, k - pc);
         const index_t d = depth(kc);
         const Acc beta_k = pc == 0 ? beta : Acc(1);
-        // each thread packs its share of the B panels: into its own buffer, or into the shared
-        // one, and then they wait for each other
-        const index_t p0 = panels * tid / nthreads, p1 = panels * (tid + 1) / nthreads;
-        const index_t j_begin = split_n ? p0 * bl.nr : 0, j_end = split_n ? std::min(nc, p1 * bl.nr) : nc;
-        const index_t pb0 = split_n ? 0 : p0, pb1 = split_n ? p1 - p0 : p1;
+        // each thread packs its share of the B panels: its column group's into its own buffer,
+        // or a 1/nthreads share into the shared one, and then they wait for each other
+        const index_t p0 = private_b ? panels * tj / g.cols : panels * tid / nthreads;
+        const index_t p1 = private_b ? panels * (tj + 1) / g.cols : panels * (tid + 1) / nthreads;
+        const index_t j_begin = private_b ? p0 * bl.nr : 0, j_end = private_b ? std::min(nc, p1 * bl.nr) : nc;
+        const index_t pb0 = private_b ? 0 : p0, pb1 = private_b ? p1 - p0 : p1;
         // B's whole panels read in place are not packed (panel indices relative to j_begin)
         const index_t full_b = b_direct != nullptr ? nc / bl.nr : 0;
-        const index_t pb_first = std::max(pb0, full_b - (split_n ? p0 : 0));
-        [[maybe_unused]] const bool share = !split_n && full_b < panels;  // a shared panel is packed
+        const index_t pb_first = std::max(pb0, full_b - (private_b ? p0 : 0));
+        [[maybe_unused]] const bool share = !private_b && full_b < panels;  // a shared panel is packed
         if constexpr (pairs) {
 #if PRECIS_X86_SIMD
           if (amx) pack_b_amx(b + pc * rsb + (jc + j_begin) * csb, rsb, csb, kc, j_end - j_begin, bl.nr, bp, pb0, pb1);
