@@ -503,19 +503,29 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   // (AMX: rounded up to whole instructions of 32 k, so that block boundaries fall between them)
   const index_t k_blocks = (k + bl.kc - 1) / bl.kc;
   const index_t kc_max = amx ? ((k + k_blocks - 1) / k_blocks + 31) / 32 * 32 : (k + k_blocks - 1) / k_blocks;
+  // The AMX kernel's threads each get at least 2^18 multiply-adds. Timed alone on a 2-core
+  // Xeon, a second thread lost below about 2^21 (0.47x one thread's speed at 0.2M multiply-adds,
+  // 1.0-1.1x at 2M), but inside the CNN's bf16-mixed training step, whose operands come from
+  // ops that ran on both cores, a limit of 2^21 made the epoch 8% slower and 2^18 cost nothing
+  // (docs/benchmarks.md). The fp32 kernel's gained from a second thread at 0.2M already.
+  if (amx) {
+    const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    threads = static_cast<int>(std::clamp(work / 0x1p18, 1.0, static_cast<double>(threads)));
+  }
   // Threads split the columns when each gets at least 4 nr-column panels whose packed K block
   // stays within 512 KiB (in its own L2 next to the A block, on the AVX-512 machines measured
   // in docs/benchmarks.md): each packs its own B panels into its own buffer (no barrier) and
   // packs all of A (cheap next to the products on a few threads; not on many, nor next to
-  // the AMX kernel's products, so then the columns are split only when the rows cannot be:
-  // then even 2 panels a thread will do, as for conv2d's products of a few output channels).
-  // Otherwise (tall-skinny products such as im2col's, or wide ones whose B share would spill)
-  // they split the rows and share the packed B. Either way each C entry is the same chain of
-  // operations.
+  // the AMX kernel's products when A is more than two A blocks, so then the columns are split
+  // only when the rows cannot be: then even 2 panels a thread will do, as for conv2d's products
+  // of a few output channels, and for the AMX kernel, whose 32-column panels are fed fast
+  // enough). Otherwise (tall-skinny products such as im2col's, or wide ones whose B share would
+  // spill) they split the rows and share the packed B. Either way each C entry is the same
+  // chain of operations.
   const index_t n_panels = (std::min(bl.nc, n) + bl.nr - 1) / bl.nr;
   const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
-  const bool rows_suffice = m_panels >= index_t{threads} && (amx || threads > 4);
-  const index_t min_panels = (m_panels < index_t{threads} ? 2 : 4) * index_t{threads};
+  const bool rows_suffice = m_panels >= index_t{threads} && (threads > 4 || (amx && m > 2 * bl.mc));
+  const index_t min_panels = (m_panels < index_t{threads} || amx ? 2 : 4) * index_t{threads};
   const gemm_split rule = gemm_split_in_use();
   // Where the rows would be split on more than 4 threads, a grid instead, when
   // choose_thread_grid finds one with more than one row and column group: each thread packs
