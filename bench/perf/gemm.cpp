@@ -463,6 +463,15 @@ void sizes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// where the threads' split matters: the large squares and the MLP's two larger layers
+void split_sizes(benchmark::internal::Benchmark* b) {
+  for (long t : thread_counts()) {
+    for (long n : {1024, 2048}) b->Args({n, t});
+    for (long id : {-1, -2}) b->Args({id, t});
+  }
+  b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void small_sizes(benchmark::internal::Benchmark* b) {
   for (long t : thread_counts()) {
     for (long n : {256, 512}) b->Args({n, t});
@@ -482,8 +491,8 @@ BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
 BENCHMARK(BM_onednn_bf16)->Apply(sizes);
 #endif
-BENCHMARK_TEMPLATE(BM_precis_gemm_rows, float, float)->Apply(sizes);
-BENCHMARK_TEMPLATE(BM_precis_gemm_rows, precis::bfloat16, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm_rows, float, float)->Apply(split_sizes);
+BENCHMARK_TEMPLATE(BM_precis_gemm_rows, precis::bfloat16, float)->Apply(split_sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::bfloat16)->Apply(small_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::half, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, precis::half)->Apply(small_sizes);
