@@ -1,8 +1,9 @@
-// ctest runs format_tests and tensor_tests a second and third time with PRECIS_ISA=avx2 and
-// PRECIS_ISA=portable, so that a machine with AVX-512 also runs the AVX2 paths and one with AVX2
-// the portable ones. Where the cap removes nothing (PRECIS_ISA=avx2 on a CPU without AVX-512),
-// the rerun would take the same paths as the run without the cap, test for test: this skips it,
-// saying why (ctest reports it as skipped by that message).
+// ctest runs format_tests and tensor_tests again with PRECIS_ISA=avx512, avx2 and portable, so
+// that a machine with AVX512-BF16 or AVX512-FP16 also runs the AVX-512F paths a Skylake-SP
+// takes, one with AVX-512 the AVX2 paths, and one with AVX2 the portable ones. Where the cap
+// removes nothing (PRECIS_ISA=avx2 on a CPU without AVX-512, avx512 on one without AVX512-BF16
+// and AVX512-FP16), the rerun would take the same paths as the run without the cap, test for
+// test: this skips it, saying why (ctest reports it as skipped by that message).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -22,17 +23,21 @@ class IsaRerun : public ::testing::Environment {
     if (e == nullptr) return;
     const std::string cap(e);
     // other values (all, or a bad one, whose error a test checks) run as they are
-    const int level = cap == "avx2" ? 1 : cap == "portable" ? 0 : -1;
+    const int level = cap == "avx512" ? 2 : cap == "avx2" ? 1 : cap == "portable" ? 0 : -1;
     if (level >= 0 && machine_level() <= level) {
-      GTEST_SKIP() << "PRECIS_ISA=" << cap << " caps nothing on this machine (its level is " << machine_level()
-                   << "; 2 = AVX-512F, 1 = AVX2, 0 = portable code only): the run without the cap took these paths";
+      GTEST_SKIP() << "PRECIS_ISA=" << cap << " caps nothing on this machine (its level is "
+                   << machine_level()
+                   << "; 3 = AVX-512F with AVX512-BF16 or AVX512-FP16, 2 = AVX-512F, 1 = AVX2, 0 = "
+                      "portable code "
+                      "only): the run without the cap took these paths";
     }
   }
 
  private:
   static int machine_level() {
 #if PRECIS_X86_SIMD
-    return precis::detail::cpu_isa_level();
+    namespace d = precis::detail;
+    return d::cpu_avx512_bf16_present() || d::cpu_avx512_fp16_present() ? 3 : d::cpu_isa_level();
 #else
     return 0;  // not x86, or PRECIS_NO_SIMD: portable code only
 #endif

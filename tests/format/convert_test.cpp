@@ -217,16 +217,24 @@ TEST(Convert, ErrorsLeaveTheDestinationUntouched) {
 }  // namespace
 
 // PRECIS_ISA caps every kernel's instruction set (ctest runs this binary again under
-// PRECIS_ISA=avx2 and =portable: the conversions above then take the lower paths and must give
-// the same bits).
+// PRECIS_ISA=avx512, =avx2 and =portable: the conversions above then take the lower paths and
+// must give the same bits).
 TEST(IsaCap, FollowsTheEnvironment) {
   const char* e = std::getenv("PRECIS_ISA");
   if (e == nullptr || std::string(e) == "all") GTEST_SKIP() << "PRECIS_ISA is not set: nothing is capped";
   const std::string cap(e);
-  EXPECT_FALSE(precis::detail::cpu_has_avx512f()) << "PRECIS_ISA=" << cap;
+  namespace d = precis::detail;
+  EXPECT_FALSE(d::cpu_has_avx512_bf16()) << "PRECIS_ISA=" << cap;
+  EXPECT_FALSE(d::cpu_has_avx512_fp16()) << "PRECIS_ISA=" << cap;
+  if (cap == "avx512") {
+    EXPECT_EQ(d::cpu_has_avx512f(), d::cpu_isa_level() >= 2) << "PRECIS_ISA=" << cap;
+    EXPECT_LE(precis::gemm_isa_available(), precis::gemm_isa::avx512) << "PRECIS_ISA=" << cap;
+    return;
+  }
+  EXPECT_FALSE(d::cpu_has_avx512f()) << "PRECIS_ISA=" << cap;
   EXPECT_LE(precis::gemm_isa_available(), precis::gemm_isa::avx2) << "PRECIS_ISA=" << cap;
   if (cap == "portable") {
-    EXPECT_FALSE(precis::detail::cpu_has_avx2_f16c());
+    EXPECT_FALSE(d::cpu_has_avx2_f16c());
     EXPECT_EQ(precis::gemm_isa_available(), precis::gemm_isa::portable);
   }
 }

@@ -36,21 +36,24 @@
 
 namespace precis::detail {
 
-/// The highest instruction-set level precis may use on this process's CPU: 2 (everything it
-/// finds), 1 (AVX2, F16C and FMA, not AVX-512: as on a CPU without it) or 0 (portable code
-/// only), from the environment variable PRECIS_ISA (all, avx2 or portable), read once. Every
-/// kernel (conversions, pooling, the GEMM, the optimizers) asks through the cpu_has_ functions
-/// below, so the cap makes a machine behave as an older one: for testing the AVX2 paths on an
-/// AVX-512 machine and for timing them. PRECIS_GEMM_ISA caps the GEMM alone.
+/// The highest instruction-set level precis may use on this process's CPU: 3 (everything it
+/// finds), 2 (AVX-512F without AVX512-BF16, AVX512-FP16 and AMX: as on a Skylake-SP), 1 (AVX2,
+/// F16C and FMA, not AVX-512: as on a CPU without it) or 0 (portable code only), from the
+/// environment variable PRECIS_ISA (all, avx512, avx2 or portable), read once. Every kernel
+/// (conversions, pooling, the GEMM, the optimizers) asks through the cpu_has_ functions, so the
+/// cap makes a machine behave as an older one: for testing the lower paths on a newer machine
+/// and for timing them. PRECIS_GEMM_ISA caps the GEMM alone.
 inline int isa_cap() {
   static const int cap = [] {
     const char* e = std::getenv("PRECIS_ISA");
-    if (e == nullptr) return 2;
+    if (e == nullptr) return 3;
     const std::string v(e);
-    if (v == "all") return 2;
+    if (v == "all") return 3;
+    if (v == "avx512") return 2;
     if (v == "avx2") return 1;
     if (v == "portable") return 0;
-    throw invalid_argument("precis: PRECIS_ISA=\"" + v + "\"; expected all, avx2 or portable");
+    throw invalid_argument("precis: PRECIS_ISA=\"" + v +
+                           "\"; expected all, avx512, avx2 or portable");
   }();
   return cap;
 }
@@ -99,11 +102,12 @@ inline bool cpu_has_avx2_f16c() { return isa_cap() >= 1 && cpu_isa_level() >= 1;
 /// AVX-512F usable (with AVX2, F16C and FMA), and PRECIS_ISA does not cap it.
 inline bool cpu_has_avx512f() { return isa_cap() >= 2 && cpu_isa_level() >= 2; }
 
-/// AVX512-BF16 usable: AVX-512F usable, AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits
-/// 30 and 31; every CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.
-inline bool cpu_has_avx512_bf16() {
+/// Whether the CPU has AVX512-BF16, whatever PRECIS_ISA says: AVX-512F usable at the machine's
+/// level (cpu_isa_level), AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits 30 and 31; every
+/// CPU with AVX512-BF16 has both) and CPUID.(EAX=7, ECX=1):EAX bit 5.
+inline bool cpu_avx512_bf16_present() {
   static const bool ok = [] {
-    if (!cpu_has_avx512f()) return false;
+    if (cpu_isa_level() < 2) return false;
 #if defined(PRECIS_AVX512_EMULATION)
     return true;
 #endif
@@ -114,6 +118,25 @@ inline bool cpu_has_avx512_bf16() {
   }();
   return ok;
 }
+
+/// Whether the CPU has AVX512-FP16, whatever PRECIS_ISA says: AVX-512F usable at the machine's
+/// level, AVX512BW and VL, and CPUID.(EAX=7, ECX=0):EDX bit 23.
+inline bool cpu_avx512_fp16_present() {
+  static const bool ok = [] {
+    if (cpu_isa_level() < 2) return false;
+#if defined(PRECIS_AVX512_EMULATION)
+    return true;
+#endif
+    const auto l7 = cpuid(7);
+    if (((l7[1] >> 30) & 3u) != 3u) return false;  // AVX512BW (bit 30), AVX512VL (bit 31)
+    return ((l7[3] >> 23) & 1u) != 0;
+  }();
+  return ok;
+}
+
+/// AVX512-BF16 usable: present (cpu_avx512_bf16_present) and PRECIS_ISA not capping the
+/// process at avx512 or below.
+inline bool cpu_has_avx512_bf16() { return isa_cap() >= 3 && cpu_avx512_bf16_present(); }
 
 /// Which float -> layout conversions the AVX2 kernel handles: float sources with at least one
 /// bit dropped and an exponent range inside float's.

@@ -57,20 +57,9 @@
 
 namespace precis::detail {
 
-/// AVX512-FP16 usable: AVX-512F with the OS's zmm state (cpu_has_avx512f), AVX512BW and VL,
-/// and CPUID.(EAX=7, ECX=0):EDX bit 23.
-inline bool cpu_has_avx512_fp16() {
-  static const bool ok = [] {
-    if (!cpu_has_avx512f()) return false;
-#if defined(PRECIS_AVX512_EMULATION)
-    return true;
-#endif
-    const auto l7 = cpuid(7);
-    if (((l7[1] >> 30) & 3u) != 3u) return false;  // AVX512BW (bit 30), AVX512VL (bit 31)
-    return ((l7[3] >> 23) & 1u) != 0;
-  }();
-  return ok;
-}
+/// AVX512-FP16 usable: present (cpu_avx512_fp16_present) and PRECIS_ISA not capping the
+/// process at avx512 or below.
+inline bool cpu_has_avx512_fp16() { return isa_cap() >= 3 && cpu_avx512_fp16_present(); }
 
 inline constexpr __mmask32 fp16_all_lanes = 0xFFFFFFFFu;
 
