@@ -546,14 +546,17 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   P* const bp_shared = private_b ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
   // B read where it lies (kern.direct) when its rows hold whole panels densely, in P itself,
-  // and lie close (at most 2 KiB apart; further apart, each k's row is on another page, which
-  // the hardware prefetchers do not cross, and packing pays: docs/benchmarks.md). Only a
-  // ragged last panel is packed then, and with no panel to share the threads need not wait
-  // for each other. (A's rows read in place, 12 streams, measured no gain on small products
-  // and a loss on large ones; A is always packed.)
+  // lie close (at most 2 KiB apart; further apart, each k's row is on another page, which the
+  // hardware prefetchers do not cross, and packing pays) and A has at most two blocks of rows:
+  // a panel's kc rows so spaced fall into a few of L1's sets and do not stay there between
+  // the tiles that read it, so where more tiles read it, packing it once pays (docs/benchmarks.md).
+  // Only a ragged last panel is packed then, and with no panel to share the threads need not
+  // wait for each other. (A's rows read in place, 12 streams, measured no gain on small
+  // products and a loss on large ones; A is always packed.)
   const P* b_direct = nullptr;
   if constexpr (std::is_same_v<remove_cv_t<SB>, P>) {
-    if (kern.direct != nullptr && csb == 1 && rsb * index_t{sizeof(P)} <= 2048) b_direct = b;
+    if (kern.direct != nullptr && csb == 1 && rsb * index_t{sizeof(P)} <= 2048 && m <= 2 * bl.mc)
+      b_direct = b;
   }
 
   auto body = [&](int tid, int nthreads) {
