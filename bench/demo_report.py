@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Writes DOCS/demo.md and its plots (DOCS/img/demo_*.png, through gnuplot, with the helpers the
-numerics report uses) from the results.json that examples/train_fashion_mnist writes. Every
+"""Writes DOCS/demo.md and its plots (DOCS/img/demo_*.svg, drawn by bench/plotting.py as the
+numerics report's are) from the results.json that examples/train_fashion_mnist writes. Every
 number and curve comes from the JSON.
 
   demo_report.py RESULTS_JSON DOCS_DIR
   demo_report.py RESULTS_JSON DOCS_DIR --device "an NVIDIA H200, ..." [--reference CPU_RESULTS_JSON]
 
 --device: RESULTS_JSON is a run of `train_fashion_mnist --device cuda`; the report is
-DOCS/demo_gpu.md with plots DOCS/img/demo_gpu_*.png, and says where it ran. --reference adds to
+DOCS/demo_gpu.md with plots DOCS/img/demo_gpu_*.svg, and says where it ran. --reference adds to
 each model a comparison with the CPU run of the same policy and length in that file.
 """
 import argparse
@@ -81,16 +81,16 @@ def model_section(name, description, rows, lo, img, st, prefix="demo", cpu_rows=
         curves.append((label(r, mixed), [((i + 1) * r["epochs"] / n, y) for i, y in enumerate(r["curve"])]))
     # from the end of the first epoch on, where the policies differ
     later = [y for _, pts in curves for x, y in pts if x >= 1] or [y for _, pts in curves for _, y in pts]
-    line_plot(os.path.join(img, f"{prefix}_{name}_loss.png"), curves,
+    line_plot(os.path.join(img, f"{prefix}_{name}_loss.svg"), curves,
               f"Fashion-MNIST, {name}: training loss (mean over each tenth of an epoch)",
               "epoch", "cross-entropy", yrange=(0.9 * min(later), 1.1 * max(later)))
     series = []
     for r in rows:
         total = r["gradient_values_sampled"]
         series.append((label(r, mixed), {lo + i: c / total for i, c in enumerate(r["histogram"])}))
-    exponent_histogram(os.path.join(img, f"{prefix}_{name}_gradient_exponents.png"), series,
+    exponent_histogram(os.path.join(img, f"{prefix}_{name}_gradient_exponents.svg"), series,
                        f"{name}: weight-gradient exponents, unscaled (sampled every 20 steps; zeros not shown)",
-                       ylabel="fraction of gradient values", size="1000,450")
+                       ylabel="fraction of gradient values", size=(1000, 450))
     cpu = ""
     if cpu_rows is not None:
         cpu = f"""
@@ -107,9 +107,9 @@ The same numbers relative to 32-true{" (the run of the same length)" if len({r["
 
 {against_reference(rows)}
 {cpu}
-![{name}: training loss per policy](img/{prefix}_{name}_loss.png)
+![{name}: training loss per policy](img/{prefix}_{name}_loss.svg)
 
-![{name}: weight-gradient exponents per policy, with fp16's thresholds](img/{prefix}_{name}_gradient_exponents.png)
+![{name}: weight-gradient exponents per policy, with fp16's thresholds](img/{prefix}_{name}_gradient_exponents.svg)
 """
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes docs/numerics.md (and its PNG plots, through gnuplot) from the JSON output of the
+"""Writes docs/numerics.md (and its SVG plots, drawn by bench/plotting.py) from the JSON output of the
 bench/numerics programs. Nothing in the report is typed by hand: every number and curve comes
 from the JSON.
 
@@ -11,7 +11,7 @@ import os
 import sys
 import textwrap
 
-from plotting import COLORS, exponent_histogram, gnuplot, write_dat
+from plotting import COLORS, MARKERS, Axes, exponent_histogram, figure
 
 
 def load(path):
@@ -105,9 +105,9 @@ def cast_table(rows):
 def plot_histogram(rows, docs):
     h = next(r for r in rows if r["name"].startswith("BM_histogram"))
     counts = {int(k[1:]): v for k, v in h.items() if k.startswith("e") and k[1:].lstrip("-").isdigit()}
-    exponent_histogram(os.path.join(docs, "img", "exponent_histogram.png"), [("count per binade", counts)],
+    exponent_histogram(os.path.join(docs, "img", "exponent_histogram.svg"), [("count per binade", counts)],
                        "exponents of the synthetic gradient data (log-uniform, 2^{20} values)")
-    return "img/exponent_histogram.png"
+    return "img/exponent_histogram.svg"
 
 
 def sqrt_n_table(rows, bound_name):
@@ -146,97 +146,56 @@ def case6_table(rows):
 
 
 def plot_case6(rows, docs):
-    img = os.path.join(docs, "img")
-    script = ["set terminal pngcairo size 1100,450 font 'sans,10'", f"set output '{os.path.join(img, 'fp16_summation.png')}'",
-              "set multiplot layout 1,2", "set encoding utf8", "set logscale x 2", "set logscale y 10",
-              "set format x '2^{%L}'", "set format y '10^{%L}'", "set xlabel 'n (terms summed)'",
-              "set ylabel 'relative error |ŝ - s| / |s|'", "set key top left box opaque font ',9'", "set grid",
-              "set yrange [1e-6:2]"]
-    files = []
+    panels = []
     for data_name in ("random", "harmonic"):
         sel = [r for r in rows if f"/{data_name}/" in r["name"]]
-        dat = os.path.join(img, f"case6_{data_name}.dat")
-        # log axes: an error of exactly 0 is drawn at the bottom edge
-        write_dat(dat, [[r["n"], r["u"]] + [max(r["err_" + k], 1e-6) for k, _ in CASE6_ALGS] for r in sel])
-        files.append(dat)
-        plots = [f"'{dat}' u 1:{i + 3} w lp pt {5 + i} t '{name}'" for i, (_, name) in enumerate(CASE6_ALGS)]
-        plots.append(f"'{dat}' u 1:2 w l dt 2 lw 2 lc rgb '#666666' t 'u (fp16)'")
-        script += [f"set title 'fp16 sums of {short(sel[0]['label'])} terms'", "plot " + ", ".join(plots)]
-    script.append("unset multiplot")
-    gnuplot(script)
-    for f in files:
-        os.remove(f)
-    return "img/fp16_summation.png"
+        ax = Axes(f"fp16 sums of {short(sel[0]['label'])} terms", "n (terms summed)", "relative error |ŝ - s| / |s|",
+                  xlog=2, ylog=10, yrange=(1e-6, 2), key="top left")
+        for i, (key, name) in enumerate(CASE6_ALGS):
+            # log axes: an error of exactly 0 is drawn at the bottom edge
+            ax.line([(r["n"], max(r["err_" + key], 1e-6)) for r in sel], name, COLORS[i % len(COLORS)],
+                    width=1.5, marker=MARKERS[i % len(MARKERS)])
+        ax.line([(r["n"], r["u"]) for r in sel], "u (fp16)", "#666666", dash="6,4")
+        panels.append(ax)
+    figure(os.path.join(docs, "img", "fp16_summation.svg"), panels, (1100, 450))
+    return "img/fp16_summation.svg"
 
 
 def plot_stagnation(rows, docs):
-    img = os.path.join(docs, "img")
     sel = [r for r in rows if r["name"].startswith("harmonic_stagnation/") and "nearest_even" in r["name"]]
     right = 23  # log2 of the plot's right edge
-    script = ["set terminal pngcairo size 900,450 font 'sans,10'", f"set output '{os.path.join(img, 'harmonic_stagnation.png')}'",
-              "set encoding utf8", "set logscale x 2", "set format x '2^{%L}'", "set xlabel 'n (terms)'",
-              "set ylabel 'partial sum of 1 + 1/2 + ... + 1/n'", "set key top left box opaque", "set grid",
-              f"set xrange [1:2**{right}]",
-              "set title 'harmonic series rounded to nearest in each format: stagnation points (dots)'"]
-    plots, files = [], []
+    ax = Axes("harmonic series rounded to nearest in each format: stagnation points (dots)", "n (terms)",
+              "partial sum of 1 + 1/2 + ... + 1/n", xlog=2, xrange=(1, 2 ** right), key="top left")
     exact = {}
-    colors = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"]
     for i, r in enumerate(sel):
-        fmt = r["name"].split("/")[1]
         ks = sorted(int(k[3:]) for k in r if k.startswith("H2^"))
         pts = [(2 ** k, r[f"H2^{k}"]) for k in ks]
         for k in range(right + 1):
             exact[2 ** k] = r[f"exact2^{k}"]
         # after the stagnation point the sum no longer changes (definition of stagnation)
         pts += [(r["terms"], r["sum"]), (2 ** right, r["sum"])]
-        dat = os.path.join(img, f"stag_{fmt}.dat")
-        write_dat(dat, pts)
-        files.append(dat)
-        plots.append(f"'{dat}' u 1:2 w l lw 2 lc rgb '{colors[i % len(colors)]}' t '{short(r['label']).split()[0]}' noenhanced")
-        plots.append(f"'{dat}' every ::{len(pts) - 2}::{len(pts) - 2} u 1:2 w p pt 7 ps 1.5 lc rgb 'black' notitle")
-    dat = os.path.join(img, "stag_exact.dat")
-    write_dat(dat, sorted(exact.items()))
-    files.append(dat)
-    plots.append(f"'{dat}' u 1:2 w l dt 2 lw 2 lc rgb '#666666' t 'exact H_n'")
-    script.append("plot " + ", ".join(plots))
-    gnuplot(script)
-    for f in files:
-        os.remove(f)
-    return "img/harmonic_stagnation.png"
+        ax.line(pts, short(r["label"]).split()[0], COLORS[i % len(COLORS)])
+        ax.points([(r["terms"], r["sum"])], "#000000", "circle", 5)
+    ax.line(sorted(exact.items()), "exact H_n", "#666666", dash="6,4", enhanced=True)
+    figure(os.path.join(docs, "img", "harmonic_stagnation.svg"), [ax], (900, 450))
+    return "img/harmonic_stagnation.svg"
 
 
 def plot_errors(rows, docs):
-    img = os.path.join(docs, "img")
     panels = []
     for fmt in ("fp16", "bf16"):
-        data = os.path.join(img, f"harmonic_error_{fmt}.dat")
-        with open(data, "w") as f:
-            f.write("# n err_rn err_sr bound_det bound_prob\n")
-            for r in rows:
-                if r["label"].startswith(fmt):
-                    det = r["bound_det"] if r["bound_det"] >= 0 else "NaN"
-                    f.write(f"{r['n']} {r['err_rn']} {r['err_sr']} {det} {r['bound_prob']}\n")
-        panels.append((fmt, data))
-    png = os.path.join(img, "harmonic_error.png")
-    script = [
-        "set terminal pngcairo size 1100,450 font 'sans,10'",
-        f"set output '{png}'",
-        "set multiplot layout 1,2",
-        "set encoding utf8",
-        "set logscale x 2", "set logscale y 10", "set format x '2^{%L}'", "set format y '10^{%L}'",
-        "set xlabel 'n'", "set ylabel 'relative error'", "set key bottom right box opaque", "set grid",
-    ]
-    for fmt, data in panels:
-        script += [
-            f"set title 'harmonic sum in {fmt}'",
-            f"plot '{data}' u 1:2 w lp pt 7 t 'round to nearest', '' u 1:3 w lp pt 5 t 'stochastic (mean of {g(rows[0]['seeds'])})', "
-            f"'' u 1:4 w l dt 2 lw 2 t 'γ_{{n-1}} (deterministic)', '' u 1:5 w l dt 4 lw 2 t 'γ̃_n(3) (probabilistic)'",
-        ]
-    script.append("unset multiplot")
-    gnuplot(script)
-    for _, data in panels:
-        os.remove(data)
-    return "img/harmonic_error.png"
+        sel = [r for r in rows if r["label"].startswith(fmt)]
+        ax = Axes(f"harmonic sum in {fmt}", "n", "relative error", xlog=2, ylog=10, key="bottom right")
+        ax.line([(r["n"], r["err_rn"]) for r in sel], "round to nearest", COLORS[0], 1.5, marker="circle")
+        ax.line([(r["n"], r["err_sr"]) for r in sel], f"stochastic (mean of {g(rows[0]['seeds'])})", COLORS[1], 1.5,
+                marker="square")
+        # the deterministic bound exists only while (n - 1) u < 1: a gap where it does not
+        ax.line([(r["n"], r["bound_det"] if r["bound_det"] >= 0 else None) for r in sel], "γ_{n-1} (deterministic)",
+                COLORS[2], dash="6,4", enhanced=True)
+        ax.line([(r["n"], r["bound_prob"]) for r in sel], "γ̃_n(3) (probabilistic)", COLORS[3], dash="2,3", enhanced=True)
+        panels.append(ax)
+    figure(os.path.join(docs, "img", "harmonic_error.svg"), panels, (1100, 450))
+    return "img/harmonic_error.svg"
 
 
 def tc_table(rows):
@@ -316,33 +275,22 @@ def plot_case8(rows, docs):
     """Fraction of the nonzero gradients per binade, one line per step, on a log axis (the tail
     below fp16's range is thin), with fp16's thresholds and where scales 2^8 and 2^16 move its
     flush threshold 2^-25."""
-    img = os.path.join(docs, "img")
-    png = os.path.join(img, "gradient_exponents.png")
-    files, plots = [], []
+    ax = Axes("exponents of the demo MLP weight gradients (fp32, 32-true, unscaled)", "binade e (|g| in [2^e, 2^{e+1}))",
+              "fraction of nonzero values", ylog=10, xrange=(-55, 5), yrange=(1e-6, 1), key="top left")
     for i, r in enumerate(rows):
         nonzero = r["values"] * (1 - r["zero"] - r["nonfinite"])
         counts = sorted((int(k[1:]), v / nonzero) for k, v in r.items() if k.startswith("e") and k[1:].lstrip("-").isdigit())
-        dat = os.path.join(img, f"case8_{i}.dat")
-        # log axis: an empty binade is left out
-        # binade e drawn over [e, e + 1), so the thresholds 2^k sit at k
-        write_dat(dat, [(e, f if f > 0 else "NaN") for e, f in counts])
-        files.append(dat)
-        plots.append(f"'{dat}' u 1:2 w steps lw 2 lc rgb '{COLORS[i % len(COLORS)]}' t 'step {g(r['step'])}'")
-    script = ["set terminal pngcairo size 900,450 font 'sans,10'", f"set output '{png}'", "set encoding utf8",
-              "set xlabel 'binade e (|g| in [2^e, 2^{e+1}))'", "set ylabel 'fraction of nonzero values'",
-              "set logscale y 10", "set format y '10^{%L}'", "set yrange [1e-6:1]", "set xrange [-55:5]", "set grid", "set key top left box opaque"]
+        # binade e drawn over [e, e + 1), so the thresholds 2^k sit at k; an empty binade (0 on
+        # the log axis) is left out
+        pts = [(e, f) for e, f in counts] + ([(counts[-1][0] + 1, counts[-1][1])] if counts else [])
+        ax.line(pts, f"step {g(r['step'])}", COLORS[i % len(COLORS)], steps=True)
     for x, color, text in ((-14, "#d95f02", "fp16 smallest normal 2^{-14}"), (-24, "#7570b3", "fp16 smallest subnormal 2^{-24}")):
-        script += [f"set arrow from {x},graph 0 to {x},graph 1 nohead lw 2 dt 2 lc rgb '{color}' front",
-                   f"set label '{text}' at {x + 1.1},graph 0.03 rotate by 90 tc rgb '{color}' front"]
+        ax.vline(x, color, 2, "6,4", text, x + 1.1, 0.03, rotate=True)
     for s in (8, 16):
         x = -25 - s
-        script += [f"set arrow from {x},graph 0 to {x},graph 1 nohead lw 1 dt 3 lc rgb '#666666' front",
-                   f"set label 'fp16 flushes below, scale 2^{{{s}}}' at {x - 0.4},graph 0.03 rotate by 90 tc rgb '#666666' front"]
-    script += ["set title 'exponents of the demo MLP weight gradients (fp32, 32-true, unscaled)'", "plot " + ", ".join(plots)]
-    gnuplot(script)
-    for f in files:
-        os.remove(f)
-    return "img/gradient_exponents.png"
+        ax.vline(x, "#666666", 1, "2,3", f"fp16 flushes below, scale 2^{{{s}}}", x - 0.4, 0.03, rotate=True)
+    figure(os.path.join(docs, "img", "gradient_exponents.svg"), [ax], (900, 450))
+    return "img/gradient_exponents.svg"
 
 
 def case8_section(rows, docs):

@@ -8,10 +8,10 @@ set -euo pipefail
 # tests, the benchmarks and three examples, not the demo (138 MB installed, a fifth of the demo's)
 core_packages=(cmake make g++ libeigen3-dev zlib1g-dev)
 build_packages=("${core_packages[@]}" libboost-dev)
-test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin xz-utils libsimde-dev)
-demo_packages=("${core_packages[@]}" dataset-fashion-mnist python3 gnuplot-nox)
+test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin xz-utils libsimde-dev python3)
+demo_packages=("${core_packages[@]}" dataset-fashion-mnist python3)
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
-numerics_packages=("${bench_packages[@]}" gnuplot-nox dataset-fashion-mnist)
+numerics_packages=("${bench_packages[@]}" dataset-fashion-mnist)
 fuzz_packages=("${build_packages[@]}" clang libclang-rt-14-dev)
 
 case "${1:-}" in
