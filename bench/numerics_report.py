@@ -478,7 +478,9 @@ updates (all operations in the format) carry the lost low part forward.
 
 4 x K times K x 4, U[-1,1] fp32 data rounded into each input format, accumulated in fp32 by
 precis's CPU GEMM: exact widening and one FMA per product, a block FMA with b = 1 (Blanchard,
-Higham, Lopez, Mary & Pranesh, SIAM J. Sci. Comput. 42(3), 2020). The error is
+Higham, Lopez, Mary & Pranesh, SIAM J. Sci. Comput. 42(3), 2020); the program caps the GEMM at
+its AVX-512 level, below the AMX and AVX512-BF16 kernels that add bf16 products in pairs, so the
+rows are the same on every x86 CPU with AVX2 or AVX-512. The error is
 max_ij |C - C^|_ij / (|A||B|)_ij. Against the stored inputs the bound is gamma_K(u32); against
 the fp32 originals it is 2 u_low + u_low^2 + (1 + u_low)^2 gamma_K(u32). Every point sits under
 its bound. fp8 inputs give zero error for moderate K: their products have at most 8 significant

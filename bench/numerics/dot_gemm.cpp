@@ -78,7 +78,14 @@ void BM_gemm_error(benchmark::State& state) {
   const auto a = precis::astype<F>(a32, precis::rounding::nearest_even, precis::overflow::saturate);
   const auto b = precis::astype<F>(b32, precis::rounding::nearest_even, precis::overflow::saturate);
   precis::Tensor<float> c({m, n});
+  // The case is the FMA-chain kernels' (one FMA per product: b = 1), the same bits on every
+  // x86 CPU with AVX2 or AVX-512. bfloat16 x bfloat16 would otherwise run on the AMX or
+  // vdpbf16ps kernels where the CPU has them, which add products in pairs (another block FMA;
+  // docs/tensors.md). A lower cap (PRECIS_GEMM_ISA) stands.
+  const precis::gemm_isa before = precis::limit_gemm_isa(precis::gemm_isa::avx512);
+  if (before < precis::gemm_isa::avx512) precis::limit_gemm_isa(before);
   for (auto _ : state) precis::gemm<float>(1.0f, a, b, 0.0f, c, 1);
+  precis::limit_gemm_isa(before);
   const auto [ref_s, mag_s] = an::reference_gemm(a, b);
   const auto [ref_o, mag_o] = an::reference_gemm(a32, b32);
   const double u32 = precis::unit_roundoff<float>();
