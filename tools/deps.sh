@@ -11,7 +11,9 @@ build_packages=("${core_packages[@]}" libboost-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin xz-utils libsimde-dev python3)
 demo_packages=("${core_packages[@]}" dataset-fashion-mnist python3)
 bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
-numerics_packages=("${bench_packages[@]}" dataset-fashion-mnist)
+# the rounding-error suite: Google Benchmark programs, the demo MLP's gradients (case 8) and the
+# report script; not oneDNN, which only bench_gemm compares with
+numerics_packages=("${build_packages[@]}" libbenchmark-dev python3 dataset-fashion-mnist)
 fuzz_packages=("${build_packages[@]}" clang libclang-rt-14-dev)
 
 case "${1:-}" in
