@@ -12,6 +12,7 @@ each model a comparison with the CPU run of the same policy and length in that f
 """
 import argparse
 import json
+import math
 import os
 
 from plotting import exponent_histogram, line_plot
@@ -79,11 +80,13 @@ def model_section(name, description, rows, lo, img, st, prefix="demo", cpu_rows=
     for r in rows:
         n = len(r["curve"])
         curves.append((label(r, mixed), [((i + 1) * r["epochs"] / n, y) for i, y in enumerate(r["curve"])]))
-    # from the end of the first epoch on, where the policies differ
-    later = [y for _, pts in curves for x, y in pts if x >= 1] or [y for _, pts in curves for _, y in pts]
+    # from the end of the first epoch on, where the policies differ (a diverged run's NaN or
+    # infinite losses are left out of the range, and of its line)
+    finite = [(x, y) for _, pts in curves for x, y in pts if math.isfinite(y)]
+    later = [y for x, y in finite if x >= 1] or [y for _, y in finite]
     line_plot(os.path.join(img, f"{prefix}_{name}_loss.svg"), curves,
               f"Fashion-MNIST, {name}: training loss (mean over each tenth of an epoch)",
-              "epoch", "cross-entropy", yrange=(0.9 * min(later), 1.1 * max(later)))
+              "epoch", "cross-entropy", yrange=(0.9 * min(later), 1.1 * max(later)) if later else None)
     series = []
     for r in rows:
         total = r["gradient_values_sampled"]

@@ -136,7 +136,8 @@ def finite(v):
 
 class Axes:
     """One panel. xlog / ylog: None (linear) or the log base; xrange / yrange: (lo, hi), or None
-    to fit the data (extended to whole ticks on a linear axis, whole powers on a log one); key:
+    to fit the data (extended to whole ticks on a linear axis, whole powers on a log one; also
+    when the range given is empty or not finite); key:
     where the legend goes ("top left", "top right", "bottom right", "bottom left"); headroom: a
     fraction of the y range added above the data (room for labels)."""
 
@@ -187,7 +188,7 @@ class Axes:
     def _range(self, axis):
         given = self.xrange if axis == 0 else self.yrange
         log = self.xlog if axis == 0 else self.ylog
-        if given:
+        if given and finite(given[0]) and finite(given[1]) and given[0] < given[1] and (not log or given[0] > 0):
             return float(given[0]), float(given[1])
         vals = self._values(axis) or [1.0, 10.0]
         if axis == 1 and not log and any(kind == "boxes" for kind, _ in self.items):

@@ -62,6 +62,11 @@ ax.line([(0, 0.1), (3, 0.2), (6, 0.47)], "a")
 check(ax._range(0) == (0, 6), f"x range: {ax._range(0)}")
 lo, hi = ax._range(1)
 check(close(lo, 0.1, 1e-9) and close(hi, 0.5, 1e-9), f"y range: {(lo, hi)}")
+# a range given as NaN (a diverged run's loss) or empty is replaced by the data's
+ax = pl.Axes(yrange=(float("nan"), float("nan")), xrange=(3, 3))
+ax.line([(0, 0.1), (6, 0.47)])
+check(ax._range(0) == (0, 6) and all(math.isclose(a, b) for a, b in zip(ax._range(1), (0.1, 0.5))),
+      f"unusable ranges fall back to the data: {ax._range(0)}, {ax._range(1)}")
 # boxes stand on zero and take their width into the x range
 ax = pl.Axes()
 ax.boxes([(1, 3), (2, 5)], "b", width=0.9)
