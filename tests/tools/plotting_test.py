@@ -108,7 +108,7 @@ with tempfile.TemporaryDirectory() as tmp:
         check("unknown marker 'star'" in str(e), f"the marker error names it: {e}")
 
     # the demo report on a recorded run: every linked plot exists and parses, one loss line per run
-    results = os.path.join(src, "docs", "data", "demo_default_2026-11-27_conv_padded_backward.json")
+    results = os.path.join(src, "tests", "data", "demo", "results.json")
     out = subprocess.run([sys.executable, os.path.join(src, "bench", "demo_report.py"), results, tmp],
                          capture_output=True, text=True)
     check(out.returncode == 0, f"demo_report.py failed: {out.stderr}")
