@@ -4,7 +4,7 @@
 same run.
 
   ratios.py convert.json             conversion table (precis::convert vs scalar, memcpy, Eigen)
-  ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen, oneDNN (when built with it)
+  ratios.py --gemm gemm.json [rerun.json ...]   GEMM GFLOP/s vs Eigen, oneDNN and OpenBLAS (when built with them)
                                      and the measured peak of the unit each kernel runs on
                                      (later files override rows they re-measure)
   ratios.py --allreduce allreduce.json   all-reduce bus bandwidth vs plain MPI_Allreduce
@@ -96,6 +96,10 @@ def gemm_table(paths):
         if m and m.group(1) in onednn:
             rows[(m.group(2), int(m.group(3)))][("onednn", onednn[m.group(1)])] = g
             continue
+        m = re.match(r"BM_openblas_gemm<(\w+)>/n:(-?\d+)/threads:(\d+)", name)
+        if m:
+            rows[(m.group(2), int(m.group(3)))][("openblas", m.group(1))] = g
+            continue
         m = re.match(r"BM_(precis|eigen)_gemm<(.+?)>/n:(-?\d+)/threads:(\d+)", name)
         if not m:
             continue
@@ -105,18 +109,24 @@ def gemm_table(paths):
             narrow[(n, int(t))][parts[0]] = g  # accumulating in the 16-bit format
             continue
         rows[(n, int(t))][(who, parts[0])] = g
-    have_onednn = any(who == "onednn" for row in rows.values() for who, _ in row)
+    # the tuned libraries the run was built with, each beside the input formats it has
+    baselines = [(who, label) for who, label in (("onednn", "oneDNN"), ("openblas", "OpenBLAS"))
+                 if any(w == who for row in rows.values() for w, _ in row)]
+    has = {who: {src for row in rows.values() for w, src in row if w == who} for who, _ in baselines}
     cols = [("float", peak32), ("double", peak64), ("bfloat16", peak_bf16), ("half", peak32),
             ("float8_e4m3", peak32)]
-    head = "| shape | threads |"
+    head, rule = "| shape | threads |", "|---|---|"
     for src, _ in cols:
         head += f" {src} precis | Eigen |"
-        if have_onednn and src in onednn.values():
-            head += " oneDNN | vs oneDNN |"
+        rule += "---|---|"
+        for who, label in baselines:
+            if src in has[who]:
+                head += f" {label} | vs {label} |"
+                rule += "---|---|"
         head += " % peak |"
+        rule += "---|"
     print(head)
-    print("|---|---|" + "".join("---|---|" + ("---|---|" if have_onednn and src in onednn.values() else "") + "---|"
-                              for src, _ in cols))
+    print(rule)
 
     def key(kv):
         n, t = kv[0]
@@ -130,10 +140,11 @@ def gemm_table(paths):
             e = row.get(("eigen", src))
             line += f" {p:.1f} |" if p else " - |"
             line += f" {e:.1f} |" if e else " - |"
-            if have_onednn and src in onednn.values():
-                d = row.get(("onednn", src))
-                line += f" {d:.1f} |" if d else " - |"
-                line += f" {p / d:.2f}x |" if p and d else " - |"
+            for who, _ in baselines:
+                if src in has[who]:
+                    d = row.get((who, src))
+                    line += f" {d:.1f} |" if d else " - |"
+                    line += f" {p / d:.2f}x |" if p and d else " - |"
             line += f" {100 * p / (pk * t):.0f}% |" if p and pk else " - |"
         print(line)
 

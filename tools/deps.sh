@@ -10,7 +10,8 @@ core_packages=(cmake make g++ libeigen3-dev zlib1g-dev)
 build_packages=("${core_packages[@]}" libboost-dev)
 test_packages=("${build_packages[@]}" libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin xz-utils libsimde-dev python3)
 demo_packages=("${core_packages[@]}" dataset-fashion-mnist python3)
-bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev)
+# (oneDNN and OpenBLAS's OpenMP variant: bench_gemm's baselines, found when installed)
+bench_packages=("${build_packages[@]}" libbenchmark-dev python3 libdnnl-dev libopenblas-openmp-dev)
 # the rounding-error suite: Google Benchmark programs, the demo MLP's gradients (case 8) and the
 # report script; not oneDNN, which only bench_gemm compares with
 numerics_packages=("${build_packages[@]}" libbenchmark-dev python3 dataset-fashion-mnist)

@@ -16,7 +16,8 @@
 # that are not part of every Linux system (Google Benchmark, OpenMP's runtime, the CUDA runtime;
 # not cuBLASLt, which run.sh finds in that machine's CUDA installation). --data adds the
 # Fashion-MNIST files (30 MB) as data/fashion-mnist, for the demo. bench_gemm has oneDNN as its
-# baseline where libdnnl-dev is installed here (its library travels then: 6 MB packed). The
+# baseline where libdnnl-dev is installed here (its library travels then: 6 MB packed), but not
+# OpenBLAS, which no step on that machine runs (PRECIS_BENCH_OPENBLAS=OFF). The
 # build is Release with MPI disabled (build/gpu-bundle), for the architectures in --arch
 # (default 90a; docs/cuda.md).
 set -euo pipefail
@@ -31,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     --arch) arch=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --data) data=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown argument '$1' (expected --arch LIST, --out DIR or --data)" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +50,7 @@ targets=(format_cuda_test device_test gemm_test optim_test elementwise_test back
 build=build/gpu-bundle
 # (-U: oneDNN is looked for again each time, not taken from an earlier configure's cache)
 cmake -S . -B "$build" -U 'PRECIS_DNNL_*' -DCMAKE_BUILD_TYPE=Release -DPRECIS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-  -DPRECIS_BUILD_BENCHMARKS=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+  -DPRECIS_BUILD_BENCHMARKS=ON -DPRECIS_BENCH_OPENBLAS=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 B=$(cd "$build" && pwd)

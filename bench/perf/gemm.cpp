@@ -4,7 +4,9 @@
 // machine's practical peaks (a register-only FMA loop, and the register-tile kernel on
 // L1-resident panels, which adds the loads every GEMM needs), for the AVX2 and, where the CPU has
 // it, the AVX-512 kernels; and oneDNN's sgemm when the benchmark was built with it (Debian
-// libdnnl-dev, found at configure time) and its bf16 matmul; the vdpbf16ps ceiling and the AVX512-BF16 tile
+// libdnnl-dev, found at configure time) and its bf16 matmul; OpenBLAS's sgemm and dgemm when
+// built with it (Debian libopenblas-openmp-dev: oneDNN has no fp64 GEMM, so this is fp64's
+// tuned-BLAS baseline); the vdpbf16ps ceiling and the AVX512-BF16 tile
 // kernel alone where the CPU has AVX512-BF16; the fp16 vmulph + vaddph ceiling and the 16-true
 // GEMM's tile kernels (the AVX-512 emulation, AVX512-FP16's native lanes) where the CPU has
 // AVX512-FP16. precis::gemm runs at the level precis::gemm_isa_in_use()
@@ -24,10 +26,15 @@
 #if PRECIS_X86_SIMD
 #include <immintrin.h>
 #endif
-#if defined(PRECIS_BENCH_ONEDNN)
+#if defined(PRECIS_BENCH_ONEDNN) || defined(PRECIS_BENCH_OPENBLAS)
 #include <omp.h>
+#endif
+#if defined(PRECIS_BENCH_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
+#if defined(PRECIS_BENCH_OPENBLAS)
+#include <cblas.h>
 #endif
 
 namespace {
@@ -390,6 +397,34 @@ void BM_onednn_bf16(benchmark::State& state) {
 }
 #endif
 
+#if defined(PRECIS_BENCH_OPENBLAS)
+/// OpenBLAS's GEMM (cblas_sgemm / cblas_dgemm, row-major) on the same shapes and threads. The
+/// build links OpenBLAS's OpenMP variant, which runs on the same OpenMP runtime as precis and
+/// oneDNN: a pthreads build's workers would keep spinning into the next benchmark.
+template <class T>
+void BM_openblas_gemm(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  const int threads = static_cast<int>(state.range(1));
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  precis::Tensor<T> a({m, k}), b({k, n}), c({m, n});
+  precis::fill_uniform(a, -1, 1, 1);
+  precis::fill_uniform(b, -1, 1, 2);
+  const auto mi = static_cast<blasint>(m), ki = static_cast<blasint>(k), ni = static_cast<blasint>(n);
+  for (auto _ : state) {
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0f, a.data(), ki, b.data(), ni, 0.0f, c.data(), ni);
+    else
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0, a.data(), ki, b.data(), ni, 0.0, c.data(), ni);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  openblas_set_num_threads(omp_get_num_procs());
+  omp_set_num_threads(omp_get_num_procs());
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+#endif
+
 /// Attention's per-head products at the demo ViT's shapes, one thread: 512 heads (batch 128 x 4
 /// heads) of S = Q K^T and O = S V, 16 x 16 x 16 each, through precis's GEMM (its small path),
 /// through the blocked path these sizes took before it (gemm_packed with the same kernel,
@@ -487,6 +522,10 @@ BENCHMARK(BM_onednn_sgemm)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, double, double)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_eigen_gemm, double)->Apply(sizes);
+#if defined(PRECIS_BENCH_OPENBLAS)
+BENCHMARK_TEMPLATE(BM_openblas_gemm, float)->Apply(sizes);
+BENCHMARK_TEMPLATE(BM_openblas_gemm, double)->Apply(sizes);
+#endif
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
 BENCHMARK(BM_onednn_bf16)->Apply(sizes);
