@@ -148,6 +148,21 @@ def gemm_table(paths):
             line += f" {100 * p / (pk * t):.0f}% |" if p and pk else " - |"
         print(line)
 
+    # the linear layer's forward, C = X W^T (B a transposed view), against oneDNN's sgemm 'N', 'T'
+    linear = defaultdict(dict)
+    for name, g in med.items():
+        m = re.match(r"BM_(precis|onednn)_linear(?:<.+?>)?/n:(-?\d+)/threads:(\d+)", name)
+        if m:
+            linear[(m.group(2), int(m.group(3)))][m.group(1)] = g
+    if linear:
+        print("\nThe linear layer's forward, C = X W^T with W stored [n, k] (fp32), GFLOP/s:\n")
+        print("| shape | threads | precis | oneDNN | vs oneDNN | % peak |")
+        print("|---|---|---|---|---|---|")
+        for (n, t), v in sorted(linear.items(), key=key):
+            p, d = v.get("precis"), v.get("onednn")
+            print(f"| {MLP.get(n, f'{n}^3')} | {t} | " + (f"{p:.1f}" if p else "-") + " | " + (f"{d:.1f}" if d else "-") +
+                  " | " + (f"{p / d:.2f}x" if p and d else "-") + " | " + (f"{100 * p / (peak32 * t):.0f}%" if p and peak32 else "-") + " |")
+
     # the threads' split: the automatic rule (a grid of threads on more than 4 where the rows
     # would be split) against the rows split with B shared, in the same run
     split = defaultdict(dict)

@@ -93,6 +93,24 @@ void BM_precis_gemm_rows(benchmark::State& state) {
   precis::detail::set_gemm_split(before);
 }
 
+/// A linear layer's forward, C = X W^T with W stored [n, k] (B a transposed view, dense along
+/// k, as nn::Linear passes it): the MLP's shapes, where the square ones above read B row-major.
+template <class S, class Acc>
+void BM_precis_linear(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  const int threads = static_cast<int>(state.range(1));
+  precis::Tensor<S> x({m, k}), w({n, k});
+  precis::Tensor<Acc> c({m, n});
+  precis::fill_uniform(x, -1, 1, 1);
+  precis::fill_uniform(w, -1, 1, 2);
+  for (auto _ : state) {
+    precis::gemm<Acc>(Acc(1), x, w.transpose(), Acc(0), c, threads);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
 /// Eigen's product of T.
 template <class T>
 void BM_eigen_gemm(benchmark::State& state) {
@@ -362,6 +380,25 @@ void BM_onednn_sgemm(benchmark::State& state) {
   set_flops(state, 2.0 * double(m) * double(k) * double(n));
 }
 
+/// oneDNN's sgemm on the linear layer's forward (BM_precis_linear): C = X W^T, 'T' for B.
+void BM_onednn_linear(benchmark::State& state) {
+  const auto [m, k, n] = shape_of(state);
+  omp_set_num_threads(static_cast<int>(state.range(1)));
+  precis::Tensor<float> x({m, k}), w({n, k}), c({m, n});
+  precis::fill_uniform(x, -1, 1, 1);
+  precis::fill_uniform(w, -1, 1, 2);
+  for (auto _ : state) {
+    if (dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, c.data(), n) != dnnl_success) {
+      state.SkipWithError("dnnl_sgemm failed");
+      return;
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
 /// oneDNN's matmul primitive on bf16 A and B into fp32 C, row-major, created once. oneDNN has
 /// no bf16 matmul for a CPU without AVX-512 (2.6: "could not create a primitive descriptor
 /// iterator"): reported as this benchmark's error, and the others run.
@@ -507,6 +544,13 @@ void split_sizes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// the MLP's layers alone (BM_precis_linear)
+void mlp_sizes(benchmark::internal::Benchmark* b) {
+  for (long t : thread_counts())
+    for (long id : {-1, -2, -3}) b->Args({id, t});
+  b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void small_sizes(benchmark::internal::Benchmark* b) {
   for (long t : thread_counts()) {
     for (long n : {256, 512}) b->Args({n, t});
@@ -529,6 +573,10 @@ BENCHMARK_TEMPLATE(BM_openblas_gemm, double)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, precis::bfloat16, float)->Apply(sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
 BENCHMARK(BM_onednn_bf16)->Apply(sizes);
+#endif
+BENCHMARK_TEMPLATE(BM_precis_linear, float, float)->Apply(mlp_sizes);
+#if defined(PRECIS_BENCH_ONEDNN)
+BENCHMARK(BM_onednn_linear)->Apply(mlp_sizes);
 #endif
 BENCHMARK_TEMPLATE(BM_precis_gemm_rows, float, float)->Apply(split_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm_rows, precis::bfloat16, float)->Apply(split_sizes);

@@ -22,28 +22,33 @@ namespace precis::detail {
 template <index_t R>
 inline void spread_panel_32(const unsigned char* x, index_t xs, index_t kc, unsigned char* panel) {
   static_assert(R % 2 == 0);
-  const auto at = [&](index_t r, index_t p) { return _mm_loadu_ps(reinterpret_cast<const float*>(x + 4 * (r * xs + p))); };
-  const auto out = [&](index_t i) { return reinterpret_cast<float*>(panel + 4 * i); };
+  // plain loops that GCC unrolls (R is a constant), not a lambda per group of four rows: GCC 12
+  // did not inline that lambda at R = 32, and reloaded its captures from memory for every
+  // 4 x 4 transpose (2x the time of the loops below, docs/benchmarks.md)
+  const float* const xf = reinterpret_cast<const float*>(x);
+  float* const out = reinterpret_cast<float*>(panel);
   index_t p = 0;
   for (; p + 4 <= kc; p += 4) {
-    const index_t d = p * R;
-    const auto four = [&](index_t r) {
-      __m128 r0 = at(r, p), r1 = at(r + 1, p), r2 = at(r + 2, p), r3 = at(r + 3, p);
+    float* const o = out + p * R;
+    PRECIS_UNROLL(8)
+    for (index_t r = 0; r + 4 <= R; r += 4) {
+      const float* const xr = xf + r * xs + p;
+      __m128 r0 = _mm_loadu_ps(xr), r1 = _mm_loadu_ps(xr + xs), r2 = _mm_loadu_ps(xr + 2 * xs), r3 = _mm_loadu_ps(xr + 3 * xs);
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(out(d + r), r0);
-      _mm_storeu_ps(out(d + R + r), r1);
-      _mm_storeu_ps(out(d + 2 * R + r), r2);
-      _mm_storeu_ps(out(d + 3 * R + r), r3);
-    };
-    [&]<index_t... G>(std::integer_sequence<index_t, G...>) { (four(4 * G), ...); }(std::make_integer_sequence<index_t, R / 4>{});
+      _mm_storeu_ps(o + r, r0);
+      _mm_storeu_ps(o + R + r, r1);
+      _mm_storeu_ps(o + 2 * R + r, r2);
+      _mm_storeu_ps(o + 3 * R + r, r3);
+    }
     if constexpr (R % 4 == 2) {
       constexpr index_t r = R - 2;
-      const __m128 r0 = at(r, p), r1 = at(r + 1, p);
+      const float* const xr = xf + r * xs + p;
+      const __m128 r0 = _mm_loadu_ps(xr), r1 = _mm_loadu_ps(xr + xs);
       const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);  // (k0 k0' k1 k1'), (k2 ...)
-      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + r)), lo);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + R + r)), lo);
-      _mm_storel_pi(reinterpret_cast<__m64*>(out(d + 2 * R + r)), hi);
-      _mm_storeh_pi(reinterpret_cast<__m64*>(out(d + 3 * R + r)), hi);
+      _mm_storel_pi(reinterpret_cast<__m64*>(o + r), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(o + R + r), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(o + 2 * R + r), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(o + 3 * R + r), hi);
     }
   }
   for (; p < kc; ++p)
