@@ -512,6 +512,19 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
     const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     threads = static_cast<int>(std::clamp(work / 0x1p18, 1.0, static_cast<double>(threads)));
   }
+  // B read where it lies (kern.direct) when its rows hold whole panels densely, in P itself,
+  // lie close (at most 2 KiB apart; further apart, each k's row is on another page, which the
+  // hardware prefetchers do not cross, and packing pays) and A has at most two blocks of rows:
+  // a panel's kc rows so spaced fall into a few of L1's sets and do not stay there between
+  // the tiles that read it, so where more tiles read it, packing it once pays (docs/benchmarks.md).
+  // Only a ragged last panel is packed then, and with no panel to share the threads need not
+  // wait for each other. (A's rows read in place, 12 streams, measured no gain on small
+  // products and a loss on large ones; A is always packed.)
+  const P* b_direct = nullptr;
+  if constexpr (std::is_same_v<remove_cv_t<SB>, P>) {
+    if (kern.direct != nullptr && csb == 1 && rsb * index_t{sizeof(P)} <= 2048 && m <= 2 * bl.mc)
+      b_direct = b;
+  }
   // Threads split the columns when each gets at least 4 nr-column panels whose packed K block
   // stays within 512 KiB (in its own L2 next to the A block, on the AVX-512 machines measured
   // in docs/benchmarks.md): each packs its own B panels into its own buffer (no barrier) and
@@ -519,13 +532,18 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   // the AMX kernel's products when A is more than two A blocks, so then the columns are split
   // only when the rows cannot be: then even 2 panels a thread will do, as for conv2d's products
   // of a few output channels, and for the AMX kernel, whose 32-column panels are fed fast
-  // enough). Otherwise (tall-skinny products such as im2col's, or wide ones whose B share would
-  // spill) they split the rows and share the packed B. Either way each C entry is the same
-  // chain of operations.
+  // enough). 2 panels a thread will also do where B is packed and A is at most two A blocks (a
+  // linear layer's forward, X W^T, at a small batch): there packing all of A on each thread
+  // costs less than the barrier and reading the other threads' B panels (on a 2-core Xeon,
+  // 1.1-1.4x at 128-240 rows; with more rows, or B read in place, the rows stay split:
+  // docs/benchmarks.md). Otherwise (tall-skinny products such as im2col's, or wide ones whose B
+  // share would spill) they split the rows and share the packed B. Either way each C entry is
+  // the same chain of operations.
   const index_t n_panels = (std::min(bl.nc, n) + bl.nr - 1) / bl.nr;
   const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
   const bool rows_suffice = m_panels >= index_t{threads} && (threads > 4 || (amx && m > 2 * bl.mc));
-  const index_t min_panels = (m_panels < index_t{threads} || amx ? 2 : 4) * index_t{threads};
+  const bool short_packed = b_direct == nullptr && m <= 2 * bl.mc;
+  const index_t min_panels = (m_panels < index_t{threads} || amx || short_packed ? 2 : 4) * index_t{threads};
   const gemm_split rule = gemm_split_in_use();
   // Where the rows would be split on more than 4 threads, a grid instead, when
   // choose_thread_grid finds one with more than one row and column group: each thread packs
@@ -545,19 +563,6 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   if (!grid) threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
   P* const bp_shared = private_b ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
-  // B read where it lies (kern.direct) when its rows hold whole panels densely, in P itself,
-  // lie close (at most 2 KiB apart; further apart, each k's row is on another page, which the
-  // hardware prefetchers do not cross, and packing pays) and A has at most two blocks of rows:
-  // a panel's kc rows so spaced fall into a few of L1's sets and do not stay there between
-  // the tiles that read it, so where more tiles read it, packing it once pays (docs/benchmarks.md).
-  // Only a ragged last panel is packed then, and with no panel to share the threads need not
-  // wait for each other. (A's rows read in place, 12 streams, measured no gain on small
-  // products and a loss on large ones; A is always packed.)
-  const P* b_direct = nullptr;
-  if constexpr (std::is_same_v<remove_cv_t<SB>, P>) {
-    if (kern.direct != nullptr && csb == 1 && rsb * index_t{sizeof(P)} <= 2048 && m <= 2 * bl.mc)
-      b_direct = b;
-  }
 
   auto body = [&](int tid, int nthreads) {
     if (kern.begin != nullptr) kern.begin();
