@@ -388,7 +388,8 @@ void BM_onednn_linear(benchmark::State& state) {
   precis::fill_uniform(x, -1, 1, 1);
   precis::fill_uniform(w, -1, 1, 2);
   for (auto _ : state) {
-    if (dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, c.data(), n) != dnnl_success) {
+    if (dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, c.data(), n) !=
+        dnnl_success) {
       state.SkipWithError("dnnl_sgemm failed");
       return;
     }
@@ -447,12 +448,15 @@ void BM_openblas_gemm(benchmark::State& state) {
   precis::Tensor<T> a({m, k}), b({k, n}), c({m, n});
   precis::fill_uniform(a, -1, 1, 1);
   precis::fill_uniform(b, -1, 1, 2);
-  const auto mi = static_cast<blasint>(m), ki = static_cast<blasint>(k), ni = static_cast<blasint>(n);
+  const auto mi = static_cast<blasint>(m), ki = static_cast<blasint>(k),
+             ni = static_cast<blasint>(n);
   for (auto _ : state) {
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0f, a.data(), ki, b.data(), ni, 0.0f, c.data(), ni);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0f, a.data(), ki,
+                  b.data(), ni, 0.0f, c.data(), ni);
     else
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0, a.data(), ki, b.data(), ni, 0.0, c.data(), ni);
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mi, ni, ki, 1.0, a.data(), ki,
+                  b.data(), ni, 0.0, c.data(), ni);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }

@@ -97,22 +97,25 @@ void expect_thread_counts_identical(index_t m, index_t k, index_t n, bool b_tran
   const auto a = random_tensor<S>({m, k}, -1, 1, 1);
   const auto b = random_tensor<S>(b_transposed ? Shape{n, k} : Shape{k, n}, -1, 1, 2);
   const auto product = [&](Tensor<float>& c, int threads) {
-    if (b_transposed) gemm<float>(1.0f, a, b.transpose(), 0.0f, c, threads);
-    else gemm<float>(1.0f, a, b, 0.0f, c, threads);
+    if (b_transposed)
+      gemm<float>(1.0f, a, b.transpose(), 0.0f, c, threads);
+    else
+      gemm<float>(1.0f, a, b, 0.0f, c, threads);
   };
   Tensor<float> c1({m, n}), c2({m, n});
   product(c1, 1);
   for (int threads : {2, 6, 16}) {
     product(c2, threads);
     EXPECT_TRUE(std::equal(c1.begin(), c1.end(), c2.begin()))
-        << m << "x" << k << "x" << n << (b_transposed ? " (B transposed), " : ", ") << threads << " threads";
+        << m << "x" << k << "x" << n << (b_transposed ? " (B transposed), " : ", ") << threads
+        << " threads";
   }
 }
 
 TEST(GemmThreads, BitIdenticalAcrossThreadCounts) {
   // two threads split the columns (n = 259: 9 panels of 32) or, with fewer panels, the rows
-  // (n = 40, 301 rows); 6 and 16 threads split the rows or, where each gets at least a panel, form a grid
-  // (fp32: 26 row panels of 12; AMX: 10 of 32); K in unequal blocks (517 = 173 + 173 + 171),
+  // (n = 40, 301 rows); 6 and 16 threads split the rows or, where each gets at least a panel, form
+  // a grid (fp32: 26 row panels of 12; AMX: 10 of 32); K in unequal blocks (517 = 173 + 173 + 171),
   // several N blocks (3100 > nc)
   expect_thread_counts_identical<bfloat16>(301, 517, 259);
   expect_thread_counts_identical<float>(301, 517, 259);

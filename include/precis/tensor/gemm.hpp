@@ -543,7 +543,8 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const index_t share_bytes = (n_panels + threads - 1) / threads * bl.nr * depth(kc_max) * index_t{sizeof(P)};
   const bool rows_suffice = m_panels >= index_t{threads} && (threads > 4 || (amx && m > 2 * bl.mc));
   const bool short_packed = b_direct == nullptr && m <= 2 * bl.mc;
-  const index_t min_panels = (m_panels < index_t{threads} || amx || short_packed ? 2 : 4) * index_t{threads};
+  const index_t min_panels =
+      (m_panels < index_t{threads} || amx || short_packed ? 2 : 4) * index_t{threads};
   const gemm_split rule = gemm_split_in_use();
   // Where the rows would be split on more than 4 threads, a grid instead, when
   // choose_thread_grid finds one with more than one row and column group: each thread packs
@@ -562,7 +563,8 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const bool private_b = grid || split_n;  // each thread packs its own B panels
   if (!grid) threads = static_cast<int>(std::min<index_t>(threads, split_n ? n_panels : m_panels));
   const index_t nc_max = std::min(bl.nc, (n + bl.nr - 1) / bl.nr * bl.nr);
-  P* const bp_shared = private_b ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
+  P* const bp_shared =
+      private_b ? nullptr : scratch<P, 0>(static_cast<std::size_t>(depth(kc_max) * nc_max));
 
   auto body = [&](int tid, int nthreads) {
     if (kern.begin != nullptr) kern.begin();

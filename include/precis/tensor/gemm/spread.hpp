@@ -33,7 +33,8 @@ inline void spread_panel_32(const unsigned char* x, index_t xs, index_t kc, unsi
     PRECIS_UNROLL(8)
     for (index_t r = 0; r + 4 <= R; r += 4) {
       const float* const xr = xf + r * xs + p;
-      __m128 r0 = _mm_loadu_ps(xr), r1 = _mm_loadu_ps(xr + xs), r2 = _mm_loadu_ps(xr + 2 * xs), r3 = _mm_loadu_ps(xr + 3 * xs);
+      __m128 r0 = _mm_loadu_ps(xr), r1 = _mm_loadu_ps(xr + xs), r2 = _mm_loadu_ps(xr + 2 * xs),
+             r3 = _mm_loadu_ps(xr + 3 * xs);
       _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
       _mm_storeu_ps(o + r, r0);
       _mm_storeu_ps(o + R + r, r1);
