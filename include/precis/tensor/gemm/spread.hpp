@@ -10,6 +10,8 @@
 
 #if PRECIS_X86_SIMD
 #include <immintrin.h>
+
+#include "precis/format/convert_x86.hpp"
 #endif
 
 namespace precis::detail {
@@ -55,6 +57,52 @@ inline void spread_panel_32(const unsigned char* x, index_t xs, index_t kc, unsi
   for (; p < kc; ++p)
     for (index_t r = 0; r < R; ++r) std::memcpy(panel + 4 * (p * R + r), x + 4 * (r * xs + p), 4);
 }
+
+/// spread_panel_32 for R = 16 or 32 rows with AVX-512: 16 rows of 16 k (whole 64-byte lines)
+/// through a 16 x 16 register transpose, four stages of 16 shuffles, and stored as 16 whole rows
+/// of the panel's k steps, where the 4 x 4 transposes above take four times the loads and
+/// stores and twice the shuffles; k's last kc % 16 values go through spread_panel_32.
+template <index_t R>
+PRECIS_TARGET_AVX512 void spread_panel_32_avx512(const unsigned char* x, index_t xs, index_t kc, unsigned char* panel) {
+  static_assert(R % 16 == 0);
+  const float* const xf = reinterpret_cast<const float*>(x);
+  float* const out = reinterpret_cast<float*>(panel);
+  index_t p = 0;
+  for (; p + 16 <= kc; p += 16) {
+    PRECIS_UNROLL(2)
+    for (index_t r0 = 0; r0 < R; r0 += 16) {
+      __m512 v[16], t[16];
+      PRECIS_UNROLL(16)
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(xf + (r0 + i) * xs + p);
+      // within each 128-bit lane L: pairs of rows interleaved, then t[4i + j] holds rows
+      // 4i..4i+3 at k = 4L + j
+      PRECIS_UNROLL(8)
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+      }
+      PRECIS_UNROLL(4)
+      for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }
+      // then, for each j, the lanes of v[j], v[4 + j], v[8 + j], v[12 + j] transposed as a 4 x 4
+      // of 128-bit blocks: k = 4L + j, rows 0..15 in order
+      PRECIS_UNROLL(4)
+      for (int j = 0; j < 4; ++j) {
+        const __m512 s0 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x44), s1 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xEE);
+        const __m512 s2 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x44), s3 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xEE);
+        _mm512_storeu_ps(out + (p + j) * R + r0, _mm512_shuffle_f32x4(s0, s2, 0x88));
+        _mm512_storeu_ps(out + (p + 4 + j) * R + r0, _mm512_shuffle_f32x4(s0, s2, 0xDD));
+        _mm512_storeu_ps(out + (p + 8 + j) * R + r0, _mm512_shuffle_f32x4(s1, s3, 0x88));
+        _mm512_storeu_ps(out + (p + 12 + j) * R + r0, _mm512_shuffle_f32x4(s1, s3, 0xDD));
+      }
+    }
+  }
+  if (p < kc) spread_panel_32<R>(x + 4 * p, xs, kc - p, panel + 4 * p * R);
+}
 #endif
 
 /// panel[p * width + r] = x[r * xs + p] for r < rows, p < kc, and 0 for rows <= r < width, over
@@ -63,7 +111,8 @@ inline void spread_panel_32(const unsigned char* x, index_t xs, index_t kc, unsi
 /// partial panel are zeros). Rows go four at a time through a 4 x 4 register transpose (four
 /// 16-byte stores per 16 values instead of sixteen scalar ones), then two at a time and one at
 /// a time; k's last kc % 4 values one by one. A whole panel of the widths the GEMM's tiles use
-/// (6, 12, 16 and 32) takes spread_panel_32, the same moves unrolled. Data movement only:
+/// (6, 12, 16 and 32) takes spread_panel_32, the same moves unrolled (16 and 32 with AVX-512
+/// where the CPU has it: spread_panel_32_avx512). Data movement only:
 /// every bit pattern is kept.
 inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc, void* panel_, index_t width) {
   const auto* x = static_cast<const unsigned char*>(x_);
@@ -77,8 +126,8 @@ inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc,
     switch (width) {
       case 6: return spread_panel_32<6>(x, xs, kc, panel);
       case 12: return spread_panel_32<12>(x, xs, kc, panel);
-      case 16: return spread_panel_32<16>(x, xs, kc, panel);
-      case 32: return spread_panel_32<32>(x, xs, kc, panel);
+      case 16: return cpu_has_avx512f() ? spread_panel_32_avx512<16>(x, xs, kc, panel) : spread_panel_32<16>(x, xs, kc, panel);
+      case 32: return cpu_has_avx512f() ? spread_panel_32_avx512<32>(x, xs, kc, panel) : spread_panel_32<32>(x, xs, kc, panel);
       default: break;
     }
   }
