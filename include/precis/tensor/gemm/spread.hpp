@@ -67,6 +67,16 @@ PRECIS_TARGET_AVX512 void spread_panel_32_avx512(const unsigned char* x, index_t
   static_assert(R % 16 == 0);
   const float* const xf = reinterpret_cast<const float*>(x);
   float* const out = reinterpret_cast<float*>(panel);
+  // 128-bit lanes of (a, b) picked by _mm512_permutex2var_ps (indices 16-31: b's elements):
+  // (a0 a1 b0 b1), (a2 a3 b2 b3), (a0 a2 b0 b2), (a1 a3 b1 b3)
+  const __m512i low_lanes =
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i high_lanes =
+      _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const __m512i even_lanes =
+      _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i odd_lanes =
+      _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
   index_t p = 0;
   for (; p + 16 <= kc; p += 16) {
     PRECIS_UNROLL(2)
@@ -89,15 +99,18 @@ PRECIS_TARGET_AVX512 void spread_panel_32_avx512(const unsigned char* x, index_t
         v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
       }
       // then, for each j, the lanes of v[j], v[4 + j], v[8 + j], v[12 + j] transposed as a 4 x 4
-      // of 128-bit blocks: k = 4L + j, rows 0..15 in order
+      // of 128-bit blocks: k = 4L + j, rows 0..15 in order (two-source permutes, one shuffle
+      // each, like vshuff32x4)
       PRECIS_UNROLL(4)
       for (int j = 0; j < 4; ++j) {
-        const __m512 s0 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x44), s1 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xEE);
-        const __m512 s2 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x44), s3 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xEE);
-        _mm512_storeu_ps(out + (p + j) * R + r0, _mm512_shuffle_f32x4(s0, s2, 0x88));
-        _mm512_storeu_ps(out + (p + 4 + j) * R + r0, _mm512_shuffle_f32x4(s0, s2, 0xDD));
-        _mm512_storeu_ps(out + (p + 8 + j) * R + r0, _mm512_shuffle_f32x4(s1, s3, 0x88));
-        _mm512_storeu_ps(out + (p + 12 + j) * R + r0, _mm512_shuffle_f32x4(s1, s3, 0xDD));
+        const __m512 s0 = _mm512_permutex2var_ps(v[j], low_lanes, v[4 + j]);
+        const __m512 s1 = _mm512_permutex2var_ps(v[j], high_lanes, v[4 + j]);
+        const __m512 s2 = _mm512_permutex2var_ps(v[8 + j], low_lanes, v[12 + j]);
+        const __m512 s3 = _mm512_permutex2var_ps(v[8 + j], high_lanes, v[12 + j]);
+        _mm512_storeu_ps(out + (p + j) * R + r0, _mm512_permutex2var_ps(s0, even_lanes, s2));
+        _mm512_storeu_ps(out + (p + 4 + j) * R + r0, _mm512_permutex2var_ps(s0, odd_lanes, s2));
+        _mm512_storeu_ps(out + (p + 8 + j) * R + r0, _mm512_permutex2var_ps(s1, even_lanes, s3));
+        _mm512_storeu_ps(out + (p + 12 + j) * R + r0, _mm512_permutex2var_ps(s1, odd_lanes, s3));
       }
     }
   }
