@@ -171,7 +171,35 @@ TEST(GemmPacking, SpreadRowsIsTheInterleaveBitForBit) {
           for (index_t r = 0; r < width; ++r) {
             const std::uint32_t want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : 0u;
             ASSERT_EQ(panel[static_cast<std::size_t>(p * width + r)], want)
-                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p << ", row " << r;
+                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p
+                << ", row " << r;
+          }
+      }
+    }
+  }
+}
+
+// The same for 64-bit elements (fp64's panels): the fp64 tiles' heights and widths (6, 8, 12,
+// 16) and odd ones, partial panels, odd kc (the 2 x 2 transposes' tail); any bit pattern moves
+// unchanged.
+TEST(GemmPacking, SpreadRows64IsTheInterleaveBitForBit) {
+  std::mt19937_64 rng(13);
+  for (const index_t width : {1, 2, 3, 6, 8, 12, 16}) {
+    for (const index_t rows : {width, width - 1, index_t{1}}) {
+      if (rows < 1) continue;
+      for (const index_t kc : {1, 2, 3, 64, 65}) {
+        const index_t xs = kc + 3;
+        std::vector<std::uint64_t> x(static_cast<std::size_t>(rows * xs));
+        for (auto& v : x) v = rng();
+        std::vector<std::uint64_t> panel(static_cast<std::size_t>(kc * width),
+                                         0xDEADBEEFDEADBEEFull);
+        detail::spread_rows_64(x.data(), xs, rows, kc, panel.data(), width);
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t r = 0; r < width; ++r) {
+            const std::uint64_t want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : 0u;
+            ASSERT_EQ(panel[static_cast<std::size_t>(p * width + r)], want)
+                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p
+                << ", row " << r;
           }
       }
     }

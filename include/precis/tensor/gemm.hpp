@@ -252,6 +252,11 @@ void pack_a(const S* a, index_t rs, index_t cs, index_t mc, index_t kc, index_t 
         spread_runs(a + i0 * rs, rs, rows, kc, panel, mr, row);
         continue;
       }
+    } else if constexpr (std::is_same_v<Acc, double> && std::is_same_v<remove_cv_t<S>, double>) {
+      if (cs == 1) {
+        spread_rows_64(a + i0 * rs, rs, rows, kc, panel, mr);
+        continue;
+      }
     }
     if (cs == 1 || rs != 1) {
       // one row at a time (dense along k when A is row-major), spread into the panel
@@ -333,6 +338,8 @@ void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t 
     // column-major B (a transposed view): each column is dense along k
     if constexpr (std::is_same_v<Acc, float>) {
       spread_runs(b + j0 * cs, cs, cols, kc, panel, nr, row);  // register transposes
+    } else if constexpr (std::is_same_v<Acc, double> && std::is_same_v<remove_cv_t<S>, double>) {
+      spread_rows_64(b + j0 * cs, cs, cols, kc, panel, nr);
     } else {
       for (index_t c = 0; c < nr; ++c) {
         if (c < cols) {

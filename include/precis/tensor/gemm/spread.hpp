@@ -1,5 +1,6 @@
 // A packing step the GEMM's kernels share: rows dense along k, interleaved by k into a panel,
-// for any 32-bit elements (fp32 values, or dwords holding a pair of bf16 values).
+// for any 32-bit elements (fp32 values, or dwords holding a pair of bf16 values), and for
+// 64-bit ones (fp64 values).
 #pragma once
 
 #include <cstring>
@@ -182,6 +183,47 @@ inline void spread_rows_32(const void* x_, index_t xs, index_t rows, index_t kc,
     zero(p);
   }
 #endif
+}
+
+/// spread_rows_32's interleave for 64-bit elements (fp64 values): panel[p * width + r] =
+/// x[r * xs + p] for r < rows, p < kc, and 0 for rows <= r < width, over elements of 8 bytes (x
+/// and panel in those units, any alignment). Rows two at a time through 2 x 2 register
+/// transposes (SSE2, every x86-64 CPU), k two at a time: per two values two loads, two
+/// shuffles and two stores, where the loop it replaces stored each value on its own, a panel
+/// row apart (on a 2-core Xeon that loop was half the time of an fp64 product of 10 columns,
+/// docs/benchmarks.md). Data movement only: every bit pattern is kept.
+inline void spread_rows_64(const void* x_, index_t xs, index_t rows, index_t kc, void* panel_,
+                           index_t width) {
+  const auto* x = static_cast<const unsigned char*>(x_);
+  auto* panel = static_cast<unsigned char*>(panel_);
+  const auto move = [&](index_t to, index_t from) { std::memcpy(panel + 8 * to, x + 8 * from, 8); };
+  const auto zero = [&](index_t to, index_t count) {
+    if (count > 0) std::memset(panel + 8 * to, 0, static_cast<std::size_t>(8 * count));
+  };
+  index_t p = 0;
+#if PRECIS_X86_SIMD
+  const double* const xd = reinterpret_cast<const double*>(x);
+  double* const out = reinterpret_cast<double*>(panel);
+  for (; p + 2 <= kc; p += 2) {
+    double* const o = out + p * width;
+    index_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      const __m128d a = _mm_loadu_pd(xd + r * xs + p), b = _mm_loadu_pd(xd + (r + 1) * xs + p);
+      _mm_storeu_pd(o + r, _mm_unpacklo_pd(a, b));          // k = p: rows r and r + 1
+      _mm_storeu_pd(o + width + r, _mm_unpackhi_pd(a, b));  // k = p + 1
+    }
+    for (; r < rows; ++r) {
+      move(p * width + r, r * xs + p);
+      move((p + 1) * width + r, r * xs + p + 1);
+    }
+    zero(p * width + rows, width - rows);
+    zero((p + 1) * width + rows, width - rows);
+  }
+#endif
+  for (; p < kc; ++p) {
+    for (index_t r = 0; r < rows; ++r) move(p * width + r, r * xs + p);
+    zero(p * width + rows, width - rows);
+  }
 }
 
 }  // namespace precis::detail
