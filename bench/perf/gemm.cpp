@@ -55,16 +55,21 @@ shape shape_of(const benchmark::State& state) {
   return mlp[-id - 1];
 }
 
-template <class S, class Acc>
+/// precis::gemm on row-major A and B or, with Linear, a linear layer's forward: C = X W^T with W
+/// stored [n, k] (B a transposed view, dense along k, as nn::Linear passes it).
+template <class S, class Acc, bool Linear = false>
 void BM_precis_gemm(benchmark::State& state) {
   const auto [m, k, n] = shape_of(state);
   const int threads = static_cast<int>(state.range(1));
-  precis::Tensor<S> a({m, k}), b({k, n});
+  precis::Tensor<S> a({m, k}), b(Linear ? precis::Shape{n, k} : precis::Shape{k, n});
   precis::Tensor<Acc> c({m, n});
   precis::fill_uniform(a, -1, 1, 1);
   precis::fill_uniform(b, -1, 1, 2);
   for (auto _ : state) {
-    precis::gemm<Acc>(Acc(1), a, b, Acc(0), c, threads);
+    if constexpr (Linear)
+      precis::gemm<Acc>(Acc(1), a, b.transpose(), Acc(0), c, threads);
+    else
+      precis::gemm<Acc>(Acc(1), a, b, Acc(0), c, threads);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -93,22 +98,11 @@ void BM_precis_gemm_rows(benchmark::State& state) {
   precis::detail::set_gemm_split(before);
 }
 
-/// A linear layer's forward, C = X W^T with W stored [n, k] (B a transposed view, dense along
-/// k, as nn::Linear passes it): the MLP's shapes, where the square ones above read B row-major.
+/// The MLP's layers as nn::Linear computes them (BM_precis_gemm with Linear): the square shapes
+/// and the MLP rows of BM_precis_gemm read B row-major.
 template <class S, class Acc>
 void BM_precis_linear(benchmark::State& state) {
-  const auto [m, k, n] = shape_of(state);
-  const int threads = static_cast<int>(state.range(1));
-  precis::Tensor<S> x({m, k}), w({n, k});
-  precis::Tensor<Acc> c({m, n});
-  precis::fill_uniform(x, -1, 1, 1);
-  precis::fill_uniform(w, -1, 1, 2);
-  for (auto _ : state) {
-    precis::gemm<Acc>(Acc(1), x, w.transpose(), Acc(0), c, threads);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, 2.0 * double(m) * double(k) * double(n));
+  BM_precis_gemm<S, Acc, true>(state);
 }
 
 /// Eigen's product of T.
@@ -361,34 +355,19 @@ BENCHMARK_TEMPLATE(BM_tile_kernel_fp16_acc, true);
 #endif
 
 #if defined(PRECIS_BENCH_ONEDNN)
-/// oneDNN's fp32 GEMM (dnnl_sgemm, row-major) on the same shapes and threads.
+/// oneDNN's fp32 GEMM (dnnl_sgemm, row-major) on the same shapes and threads; with TransB 'T',
+/// the linear layer's forward of BM_precis_linear.
+template <char TransB = 'N'>
 void BM_onednn_sgemm(benchmark::State& state) {
   const auto [m, k, n] = shape_of(state);
   omp_set_num_threads(static_cast<int>(state.range(1)));
-  precis::Tensor<float> a({m, k}), b({k, n}), c({m, n});
+  precis::Tensor<float> a({m, k}), b(TransB == 'T' ? precis::Shape{n, k} : precis::Shape{k, n}),
+      c({m, n});
   precis::fill_uniform(a, -1, 1, 1);
   precis::fill_uniform(b, -1, 1, 2);
+  const long ldb = TransB == 'T' ? k : n;
   for (auto _ : state) {
-    if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n) != dnnl_success) {
-      state.SkipWithError("dnnl_sgemm failed");
-      return;
-    }
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  omp_set_num_threads(omp_get_num_procs());
-  set_flops(state, 2.0 * double(m) * double(k) * double(n));
-}
-
-/// oneDNN's sgemm on the linear layer's forward (BM_precis_linear): C = X W^T, 'T' for B.
-void BM_onednn_linear(benchmark::State& state) {
-  const auto [m, k, n] = shape_of(state);
-  omp_set_num_threads(static_cast<int>(state.range(1)));
-  precis::Tensor<float> x({m, k}), w({n, k}), c({m, n});
-  precis::fill_uniform(x, -1, 1, 1);
-  precis::fill_uniform(w, -1, 1, 2);
-  for (auto _ : state) {
-    if (dnnl_sgemm('N', 'T', m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, c.data(), n) !=
+    if (dnnl_sgemm('N', TransB, m, n, k, 1.0f, a.data(), k, b.data(), ldb, 0.0f, c.data(), n) !=
         dnnl_success) {
       state.SkipWithError("dnnl_sgemm failed");
       return;
@@ -565,7 +544,7 @@ void small_sizes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_TEMPLATE(BM_precis_gemm, float, float)->Apply(sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
-BENCHMARK(BM_onednn_sgemm)->Apply(sizes);
+BENCHMARK(BM_onednn_sgemm<'N'>)->Name("BM_onednn_sgemm")->Apply(sizes);
 #endif
 BENCHMARK_TEMPLATE(BM_eigen_gemm, float)->Apply(sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm, double, double)->Apply(sizes);
@@ -580,7 +559,7 @@ BENCHMARK(BM_onednn_bf16)->Apply(sizes);
 #endif
 BENCHMARK_TEMPLATE(BM_precis_linear, float, float)->Apply(mlp_sizes);
 #if defined(PRECIS_BENCH_ONEDNN)
-BENCHMARK(BM_onednn_linear)->Apply(mlp_sizes);
+BENCHMARK(BM_onednn_sgemm<'T'>)->Name("BM_onednn_linear")->Apply(mlp_sizes);
 #endif
 BENCHMARK_TEMPLATE(BM_precis_gemm_rows, float, float)->Apply(split_sizes);
 BENCHMARK_TEMPLATE(BM_precis_gemm_rows, precis::bfloat16, float)->Apply(split_sizes);

@@ -78,6 +78,9 @@ PRECIS_TARGET_AVX512 void spread_panel_32_avx512(const unsigned char* x, index_t
       _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
   const __m512i odd_lanes =
       _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  // (the masked unpacks with every lane on: GCC 12's unmasked ones pass an undefined operand
+  // that -Wmaybe-uninitialized reports at -O3)
+  constexpr __mmask16 all = 0xFFFF;
   index_t p = 0;
   for (; p + 16 <= kc; p += 16) {
     PRECIS_UNROLL(2)
@@ -89,8 +92,8 @@ PRECIS_TARGET_AVX512 void spread_panel_32_avx512(const unsigned char* x, index_t
       // 4i..4i+3 at k = 4L + j
       PRECIS_UNROLL(8)
       for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+        t[i] = _mm512_maskz_unpacklo_ps(all, v[i], v[i + 1]);
+        t[i + 1] = _mm512_maskz_unpackhi_ps(all, v[i], v[i + 1]);
       }
       PRECIS_UNROLL(4)
       for (int i = 0; i < 16; i += 4) {
