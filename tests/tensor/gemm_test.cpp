@@ -610,7 +610,14 @@ TEST(GemmKernels, Fp32AndFp64AreTheBlockedFmaChainsBitForBit) {
     if (isa > gemm_isa_available()) continue;
     SCOPED_TRACE(to_string(isa));
     const isa_cap cap(isa);
-    for (auto [m, k, n] : {std::tuple{7, 5, 17}, {37, 300, 70}, {128, 130, 10}, {300, 520, 3}, {40, 9, 1}, {13, 260, 33}, {100, 600, 64}}) {
+    for (auto [m, k, n] : {std::tuple{7, 5, 17},
+                           {37, 300, 70},
+                           {128, 130, 10},
+                           {128, 300, 40},
+                           {300, 520, 3},
+                           {40, 9, 1},
+                           {13, 260, 33},
+                           {100, 600, 64}}) {
       for (bool ta : {false, true})
         for (bool tb : {false, true}) {
           expect_fma_chain_model<float>(m, k, n, ta, tb, 1.0f, 0.0f, 1);

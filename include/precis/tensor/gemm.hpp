@@ -491,13 +491,18 @@ void gemm_packed(const gemm_kernel<Acc, P>& kern, index_t m, index_t n, index_t 
   const gemm_blocking bl = kern.bl;
   // A product much narrower than the tile and taller than it (a classifier's 10 outputs over a
   // batch: 128 x 10 pads to 132 x 32 in a 12 x 32 tile, 31% of it used) runs as C^T = B^T A^T
-  // when that at least halves the padded tile area (12 x 128: 83%). Each C entry is the same
-  // chain either way: every product a_ik b_kj is the same number, and K is cut and walked in
-  // the same order, so the bits do not change. (Only for operands of one storage type, so that
-  // no second instantiation is compiled.)
+  // when that at least halves the padded tile area (12 x 128: 83%), or, while A is at most two
+  // A blocks, cuts it by a fifth (fp64's 128 x 10 in 12 x 16 tiles, fp32's 128 x 48: 1.375x;
+  // on a 2-core Xeon 1.2-1.6x faster on one thread at 128 rows, 1.7-2.0x on two; at 512-2048
+  // rows the same or slower, docs/benchmarks.md). Each C entry is the same chain either way:
+  // every product a_ik b_kj is the same number, and K is cut and walked in the same order, so
+  // the bits do not change. (Only for operands of one storage type, so that no second
+  // instantiation is compiled.) The transposed product never turns back: its area ratio is
+  // the inverse.
   if constexpr (std::is_same_v<SA, SB>) {
     const auto padded = [](index_t x, index_t t) { return (x + t - 1) / t * t; };
-    if (padded(m, bl.mr) * padded(n, bl.nr) >= 2 * padded(n, bl.mr) * padded(m, bl.nr)) {
+    const index_t quarters = m <= 2 * bl.mc ? 5 : 8;  // the ratio asked for, in quarters
+    if (4 * padded(m, bl.mr) * padded(n, bl.nr) >= quarters * padded(n, bl.mr) * padded(m, bl.nr)) {
       gemm_packed(kern, n, m, k, alpha, b, csb, rsb, a, csa, rsa, beta, c, csc, rsc, threads);
       return;
     }
