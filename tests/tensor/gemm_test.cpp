@@ -3,6 +3,7 @@
 // transposed views, alpha/beta, and across thread counts.
 #include <cstdio>
 #include <bit>
+#include <initializer_list>
 #include <random>
 #include <tuple>
 
@@ -152,58 +153,48 @@ TEST(GemmThreads, GridOfThreadsBalancesBlocksAndPacking) {
   EXPECT_EQ(g.cols, 7);
 }
 
-// The packers' interleave, against the loop that defines it: every width the tiles use (whole
-// panels take an unrolled path of their own) and odd ones, partial panels (zero padding),
-// k not a multiple of 4, rows further apart than k; any bit pattern (NaN payloads too) moves
-// unchanged.
-TEST(GemmPacking, SpreadRowsIsTheInterleaveBitForBit) {
-  std::mt19937 rng(7);
-  for (const index_t width : {1, 2, 3, 5, 6, 7, 8, 12, 16, 32}) {
+// One packer against its definition: panel[p * width + r] = x[r * xs + p] for r < rows, zeros
+// past them, for each width, rows and kc given, random words (any bit pattern).
+template <class Word, class Spread>
+void expect_spread_is_the_interleave(Spread spread, std::initializer_list<index_t> widths,
+                                     std::initializer_list<index_t> kcs) {
+  std::mt19937_64 rng(7);
+  for (const index_t width : widths) {
     for (const index_t rows : {width, width - 1, index_t{1}}) {
       if (rows < 1) continue;
-      for (const index_t kc : {1, 3, 4, 7, 64, 65}) {
+      for (const index_t kc : kcs) {
         const index_t xs = kc + 3;
-        std::vector<std::uint32_t> x(static_cast<std::size_t>(rows * xs));
-        for (auto& v : x) v = static_cast<std::uint32_t>(rng());
-        std::vector<std::uint32_t> panel(static_cast<std::size_t>(kc * width), 0xDEADBEEFu);
-        detail::spread_rows_32(x.data(), xs, rows, kc, panel.data(), width);
+        std::vector<Word> x(static_cast<std::size_t>(rows * xs));
+        for (auto& v : x) v = static_cast<Word>(rng());
+        std::vector<Word> panel(static_cast<std::size_t>(kc * width),
+                                static_cast<Word>(0xDEADBEEFDEADBEEFull));
+        spread(x.data(), xs, rows, kc, panel.data(), width);
         for (index_t p = 0; p < kc; ++p)
           for (index_t r = 0; r < width; ++r) {
-            const std::uint32_t want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : 0u;
+            const Word want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : Word{0};
             ASSERT_EQ(panel[static_cast<std::size_t>(p * width + r)], want)
-                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p
-                << ", row " << r;
+                << sizeof(Word) * 8 << "-bit words, width " << width << ", rows " << rows << ", kc "
+                << kc << ", k " << p << ", row " << r;
           }
       }
     }
   }
 }
 
-// The same for 64-bit elements (fp64's panels): the fp64 tiles' heights and widths (6, 8, 12,
-// 16) and odd ones, partial panels, odd kc (the 2 x 2 transposes' tail); any bit pattern moves
+// The packers' interleave, against the loop that defines it: every width the tiles use (whole
+// panels take an unrolled path of their own) and odd ones, partial panels (zero padding),
+// k not a multiple of 4, rows further apart than k; any bit pattern (NaN payloads too) moves
 // unchanged.
+TEST(GemmPacking, SpreadRowsIsTheInterleaveBitForBit) {
+  expect_spread_is_the_interleave<std::uint32_t>(
+      detail::spread_rows_32, {1, 2, 3, 5, 6, 7, 8, 12, 16, 32}, {1, 3, 4, 7, 64, 65});
+}
+
+// The same for 64-bit elements (fp64's panels): the fp64 tiles' heights and widths (6, 8, 12,
+// 16) and odd ones, partial panels, odd kc (the 2 x 2 transposes' tail).
 TEST(GemmPacking, SpreadRows64IsTheInterleaveBitForBit) {
-  std::mt19937_64 rng(13);
-  for (const index_t width : {1, 2, 3, 6, 8, 12, 16}) {
-    for (const index_t rows : {width, width - 1, index_t{1}}) {
-      if (rows < 1) continue;
-      for (const index_t kc : {1, 2, 3, 64, 65}) {
-        const index_t xs = kc + 3;
-        std::vector<std::uint64_t> x(static_cast<std::size_t>(rows * xs));
-        for (auto& v : x) v = rng();
-        std::vector<std::uint64_t> panel(static_cast<std::size_t>(kc * width),
-                                         0xDEADBEEFDEADBEEFull);
-        detail::spread_rows_64(x.data(), xs, rows, kc, panel.data(), width);
-        for (index_t p = 0; p < kc; ++p)
-          for (index_t r = 0; r < width; ++r) {
-            const std::uint64_t want = r < rows ? x[static_cast<std::size_t>(r * xs + p)] : 0u;
-            ASSERT_EQ(panel[static_cast<std::size_t>(p * width + r)], want)
-                << "width " << width << ", rows " << rows << ", kc " << kc << ", k " << p
-                << ", row " << r;
-          }
-      }
-    }
-  }
+  expect_spread_is_the_interleave<std::uint64_t>(detail::spread_rows_64, {1, 2, 3, 6, 8, 12, 16},
+                                                 {1, 2, 3, 64, 65});
 }
 
 // pack_a's panels do not depend on how A lies: a column-major A (a transposed view; whole
