@@ -18,8 +18,10 @@ steps_table="info        10  2 10  the GPU, driver, CPU, cores and flags, and th
 adamw       60  5  4  the host optimizer's 16-bit AdamW step (optim_tests, host compiler of the bundle) on this CPU
 tests      300 60  8  ctest -L gpu (the benchmarks' smoke runs excluded: their steps below run them in full)
 gemm       180 60 24  bench_cuda_gemm: precis's kernels against cuBLASLt (JSON: cuda_gemm.json)
+gemm_demo   90 20 40  bench_cuda_gemm --demo: the demo's shapes only, each precis kernel with K sliced (automatic) and whole, and fp32 on the CUDA cores, against cuBLASLt (JSON: cuda_gemm_demo.json)
 torch_gemm  90 30  8  cuBLAS through PyTorch at 4096^3 and 8192^3 (torch_gemm.json)
 train      150 40 14  bench_cuda_train: precis's training step on the device
+train_whole_k 60 15 10 bench_cuda_train on the demo's MLP with every product's K whole (PRECIS_CUDA_GEMM_SPLIT_K=1), to set beside train
 torch_train 150 40 14 PyTorch eager's step for the same models and policies
 profile     90 30 40  Nsight Compute's kernel times of a few training steps (the small MLP at batch 128 and the wide MLP, bf16-mixed) and each kernel's share (profile_*.log)
 demo       150 40 30  the demo's MLP and CNN on the device, default plan, full data set (demo-gpu/)
@@ -83,8 +85,10 @@ run_step() {
     adamw) "$TREE/tests/optim_tests" --gtest_filter='MixedPrecision.Adam*' ;;
     tests) ctest -L gpu -E '\.smoke$' --timeout 240 --output-on-failure ;;
     gemm) "$TREE/bench/cuda/bench_cuda_gemm" --json "$OUT/cuda_gemm.json" ;;
+    gemm_demo) "$TREE/bench/cuda/bench_cuda_gemm" --demo --json "$OUT/cuda_gemm_demo.json" ;;
     torch_gemm) python3 "$SOURCE/bench/cuda/torch_baseline.py" --json "$OUT/torch_gemm.json" ;;
     train) "$TREE/bench/cuda/bench_cuda_train" ;;
+    train_whole_k) PRECIS_CUDA_GEMM_SPLIT_K=1 "$TREE/bench/cuda/bench_cuda_train" --only "784-256-128-10 |" ;;
     torch_train) python3 "$SOURCE/bench/cuda/torch_train_baseline.py" ;;
     profile)
       ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)

@@ -1,22 +1,25 @@
 // Tensor-core GEMM speed: precis's kernels against cuBLASLt in the same run, on the same GPU.
 //
-//   bench_cuda_gemm [--quick] [--big] [--sustained SECONDS] [--only bf16,fp16,tf32,e4m3]
+//   bench_cuda_gemm [--quick] [--big | --demo] [--sustained SECONDS] [--only
+//   bf16,fp16,fp32,tf32,e4m3]
 //                   [--json FILE]
 //   bench_cuda_gemm --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]   (for a profiler)
 //
 // For bf16, fp16, tf32 and fp8 e4m3 operands (fp32 accumulation; C in bf16, fp16, fp32 and
-// bf16), at 4096^3, 8192^3 and the demo's layer shapes (--big: only the first two), each
-// precis kernel that takes the format (sm90 with every cluster shape, sm80) and cuBLASLt
-// through precis's cublaslt backend. Operands are K-major ("TN", the layout every tensor-core
-// kernel reads without staging), uniform random in [-1, 1). Each implementation is a CUDA
-// graph of back-to-back calls (host dispatch excluded). The implementations take turns over
-// rounds, in an order that rotates every round, and each reports the median of its rounds, as
-// TFLOP/s (2mnk / time) and as a ratio to cuBLASLt. A round is 5 replays (bursts near the
-// maximum clock), or with --sustained S, S seconds of replays back to back timed over the
-// second half (at the GPU's power limit). Small shapes rotate over several operand sets so
-// they are not served from L2 alone. Also measured: the mma.sync issue ceiling of this GPU (a
-// loop of independent m16n8k16 bf16 instructions in registers), the bound the sm80 kernel
-// cannot pass.
+// bf16), at 4096^3, 8192^3 and the demo's layer shapes (--big: only the first two; --demo: only the
+// demo's), each precis kernel that takes the format (sm90 with every cluster shape at the large
+// shapes, sm80) and cuBLASLt through precis's cublaslt backend; at the demo's shapes each precis
+// kernel also with the whole of K in one block per tile (gemm_options::split_k = 1) beside the
+// automatic slices of K, and fp32 operands on the CUDA cores (simt) against cuBLASLt's fp32
+// kernels. Operands are K-major ("TN", the layout every tensor-core kernel reads without staging),
+// uniform random in [-1, 1). Each implementation is a CUDA graph of back-to-back calls (host
+// dispatch excluded). The implementations take turns over rounds, in an order that rotates every
+// round, and each reports the median of its rounds, as TFLOP/s (2mnk / time) and as a ratio to
+// cuBLASLt. A round is 5 replays (bursts near the maximum clock), or with --sustained S, S seconds
+// of replays back to back timed over the second half (at the GPU's power limit). Small shapes
+// rotate over several operand sets so they are not served from L2 alone. Also measured: the
+// mma.sync issue ceiling of this GPU (a loop of independent m16n8k16 bf16 instructions in
+// registers), the bound the sm80 kernel cannot pass.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -165,18 +168,31 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
       std::string name;
       gemm_backend be;
       int cm, cn;
+      int split_k = 0;
     };
     std::vector<impl> impls;
     for (gemm_backend be : backends) {
       if (be == gemm_backend::sm90) {
         if (!sm90) continue;
-        for (const auto& [cm, cn] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-          if (sustained_s > 0 && cm * cn != 2) continue;  // sustained runs: the two useful shapes
-          impls.push_back({"precis sm90 (cluster " + std::to_string(cm) + "x" + std::to_string(cn) + ")", be, cm, cn});
+        if (!big) {
+          impls.push_back({"precis sm90", be, 0, 0});  // the cluster the dispatcher chooses
+        } else {
+          for (const auto& [cm, cn] :
+               {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+            if (sustained_s > 0 && cm * cn != 2) continue;  // sustained runs: the two useful shapes
+            impls.push_back(
+                {"precis sm90 (cluster " + std::to_string(cm) + "x" + std::to_string(cn) + ")", be,
+                 cm, cn});
+          }
         }
       } else {
         impls.push_back({be == gemm_backend::cublaslt ? std::string("cuBLASLt") : "precis " + std::string(precis::cuda::to_string(be)),
                          be, 0, 0});
+      }
+      // small products: the automatic slices of K beside the whole of K in one block per tile
+      if (!big && be != gemm_backend::cublaslt && (be != gemm_backend::sm90 || sm90)) {
+        impls.push_back(
+            {"precis " + std::string(precis::cuda::to_string(be)) + " (whole K)", be, 0, 0, 1});
       }
     }
     // Every implementation is timed in each of several rounds, in turn, and reported as the
@@ -191,6 +207,7 @@ void bench_format(const char* fmt, const std::vector<shape3>& shapes, std::vecto
         o.backend = im.be;
         o.cluster_m = im.cm;
         o.cluster_n = im.cn;
+        o.split_k = im.split_k;
         timers.push_back(std::make_unique<graph_timer>(
             [&, o](cudaStream_t s, int i) mutable {
               o.stream = s;
@@ -267,13 +284,15 @@ int profile(int n, const std::string& backend, int cm, int cn, int repeat) {
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, big_only = false;
+  bool quick = false, big_only = false, demo_only = false;
   double sustained_s = 0;
   std::string only;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--big") == 0) big_only = true;
+    else if (std::strcmp(argv[i], "--demo") == 0)
+      demo_only = true;
     else if (std::strcmp(argv[i], "--sustained") == 0 && i + 1 < argc) sustained_s = std::atof(argv[++i]);
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
@@ -286,7 +305,10 @@ int main(int argc, char** argv) {
         return 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--big] [--sustained SECONDS] [--only bf16,fp16,tf32,e4m3] [--json FILE] | --profile N sm90|sm80|cublaslt [CM CN [REPEAT]]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--big | --demo] [--sustained SECONDS] [--only "
+                   "bf16,fp16,fp32,tf32,e4m3] [--json FILE] | --profile N sm90|sm80|cublaslt [CM "
+                   "CN [REPEAT]]\n",
                    argv[0]);
       return 2;
     }
@@ -316,7 +338,7 @@ int main(int argc, char** argv) {
                                       {128, 10, 128, "demo 128x128 @ 128x10"},
                                       {784, 256, 128, "demo dW 784x128 @ 128x256"},
                                       {4096, 256, 784, "demo b4096 4096x784 @ 784x256"}};
-    std::vector<shape3> all = shapes;
+    std::vector<shape3> all = demo_only ? std::vector<shape3>{} : shapes;
     if (!big_only) all.insert(all.end(), demo.begin(), demo.end());
     const auto want = [&](const char* f) { return only.empty() || only.find(f) != std::string::npos; };
     std::vector<row> rows;
@@ -324,6 +346,12 @@ int main(int argc, char** argv) {
     const std::vector<gemm_backend> others = {gemm_backend::cublaslt, gemm_backend::sm80};
     if (want("bf16")) bench_format<precis::bfloat16, void, precis::bfloat16>("bf16", all, b16, dev.sm90a, quick, sustained_s, rows, stream);
     if (want("fp16")) bench_format<precis::half, void, precis::half>("fp16", all, b16, dev.sm90a, quick, sustained_s, rows, stream);
+    // fp32 on the CUDA cores (the 32-true policy's products) against cuBLAS's fp32 kernels
+    if (want("fp32") && !big_only) {
+      bench_format<float, void, float>("fp32", demo, {gemm_backend::cublaslt, gemm_backend::simt},
+                                       false, quick, sustained_s, rows, stream);
+    }
+    if (demo_only) shapes.clear();
     if (want("tf32")) bench_format<float, precis::tf32, float>("tf32", shapes, others, false, quick, sustained_s, rows, stream);
     if (want("e4m3") && prop.major * 10 + prop.minor >= 89) {
       const std::vector<gemm_backend> f8 = {gemm_backend::cublaslt, gemm_backend::sm90, gemm_backend::sm80};

@@ -15,6 +15,9 @@
 //            Higham, Mikaitis & Pranesh 2021); fp8 tensor cores keep about 14 bits (DeepSeek-V3
 //            report, section 3.3), so u_acc = 2^-13 there), plus the fp32 epilogue's roundings,
 //            the activation's Lipschitz constant and evaluation error, and C's rounding;
+//   split:   products of few tiles and a long K cut into slices of K (gemm_options::split_k
+//            forced, and the automatic rule) beside whole K: the same exact and bounded checks,
+//            the epilogue applied once after the slices are added;
 //   rounded: C in fp16/bf16/fp8, to nearest or stochastically, equals the host's
 //            precis::round_to of the same kernel's fp32 result, bit for bit, with the random
 //            bits precis::cuda::stochastic_bits names for each element;
@@ -136,6 +139,11 @@ void host_errors() {
   tz.mode = precis::rounding::toward_zero;
   expect_error<precis::invalid_argument>("rounding mode", "nearest_even or stochastic",
                                          [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c, tz); });
+  precis::cuda::gemm_options neg;
+  neg.split_k = -1;
+  expect_error<precis::invalid_argument>("negative split_k", "split_k -1", [&] {
+    precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c, {}, neg);
+  });
   auto c8 = DeviceView<precis::float8_e4m3>(reinterpret_cast<precis::float8_e4m3*>(std::uintptr_t{0x900000}), Shape{4, 5});
   expect_error<precis::invalid_argument>("e4m3 C without overflow mode", "overflow::saturate",
                                          [&] { precis::cuda::gemm<float>(1.0f, fake<bfloat16>(4, 3), fake<bfloat16>(3, 5), 0.0f, c8); });
@@ -210,6 +218,7 @@ struct spec {
   precis::rounding mode = precis::rounding::nearest_even;
   precis::overflow ov = precis::overflow::infinity;
   int cluster_m = 0, cluster_n = 0;
+  int split_k = 0;  // gemm_options::split_k
   std::uint64_t seed = 1;
 };
 
@@ -219,6 +228,7 @@ std::string describe(const spec& s) {
                 s.bt ? " B^T" : "");
   std::string d = buf;
   if (s.cluster_m) d += " cluster " + std::to_string(s.cluster_m) + "x" + std::to_string(s.cluster_n);
+  if (s.split_k) d += " split_k=" + std::to_string(s.split_k);
   if (s.alpha != 1 || s.beta != 0) d += " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
   if (s.bias) d += " +bias";
   if (s.act == activation::relu) d += " relu";
@@ -351,6 +361,7 @@ outcome<Out> run_gemm(const spec& s) {
   opt.backend = s.backend;
   opt.cluster_m = s.cluster_m;
   opt.cluster_n = s.cluster_n;
+  opt.split_k = s.split_k;
   precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep, opt);
   precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after gemm");
   const auto back = dc.to_host();
@@ -493,6 +504,9 @@ std::vector<spec> shapes(gemm_backend be, data d, std::uint64_t seed) {
     v[i].at = (i % 4) >= 2;
     v[i].bt = (i % 2) == 1;
     v[i].seed = seed * 100 + i;
+    // most of these products have few tiles and are cut into slices of K by default: every
+    // third one runs whole
+    if (i % 3 == 2) v[i].split_k = 1;
   }
   return v;
 }
@@ -559,6 +573,46 @@ void epilogue_suite(gemm_backend be, const accumulation& u_acc) {
   check_rounding<float, void, bfloat16, bfloat16, precis::float8_e4m3>("bf16", r);
   r.ov = precis::overflow::infinity;
   check_rounding<float, void, bfloat16, bfloat16, precis::float8_e5m2>("bf16", r);
+}
+
+/// K in slices (gemm/split_k.cuh) on one backend, operands S accumulated in Acc: forced counts
+/// (clipped to one K block a slice) and the automatic rule beside whole K, on a product of few
+/// tiles and a long K; integers bit for bit, random data within the bound; the epilogue
+/// (alpha, beta, bias, activation, C's rounding, stochastic too) applied once, after the
+/// slices are added.
+template <class Acc, class S>
+void split_suite(const std::string& name, gemm_backend be, const accumulation& u_acc) {
+  spec s;
+  s.backend = be;
+  s.m = 100, s.n = 70, s.k = 3001;
+  for (int sk : {0, 1, 2, 3, 7, 32, 1000}) {
+    s.split_k = sk;
+    s.values = data::exact;
+    s.bt = sk % 2 == 1;
+    check_values<Acc, void, S, S, Acc>(name, s, u_acc);
+    s.values = data::signed_uniform;
+    check_values<Acc, void, S, S, Acc>(name, s, u_acc);
+  }
+  // a weight gradient's shape: C small, K the batch
+  s.m = 64, s.n = 96, s.k = 20000, s.split_k = 0, s.at = true, s.bt = false;
+  check_values<Acc, void, S, S, Acc>(name, s, u_acc);
+  s.m = 130, s.n = 250, s.k = 999, s.at = false;
+  s.alpha = 0.75, s.beta = -0.5, s.bias = true, s.act = activation::relu;
+  for (int sk : {0, 5}) {
+    s.split_k = sk;
+    check_values<Acc, void, S, S, Acc>(name, s, u_acc);
+    if constexpr (std::is_same_v<Acc, float>)
+      check_values<Acc, void, S, S, precis::bfloat16>(name, s, u_acc);
+  }
+  if constexpr (std::is_same_v<Acc, float>) {
+    spec r;
+    r.backend = be;
+    r.m = 150, r.n = 270, r.k = 1333;
+    r.split_k = 5;
+    check_rounding<float, void, S, S, precis::bfloat16>(name, r);
+    r.mode = precis::rounding::stochastic;
+    check_rounding<float, void, S, S, precis::half>(name, r);
+  }
 }
 
 __global__ void round_tf32_kernel(const std::uint32_t* in, std::uint32_t* out, int n) {
@@ -868,6 +922,7 @@ int run_device(std::vector<std::string> only) {
       if (be != gemm_backend::cublaslt) format_suite<float, void, precis::float8_e5m2, bfloat16>("e5m2", be, u);
     }
     epilogue_suite(be, tc);
+    if (be != gemm_backend::cublaslt) split_suite<float, bfloat16>("bf16", be, tc);
     if (be == gemm_backend::sm90) {
       // every cluster shape, on 3 x 3 tiles: a cluster past the last tile row and column
       for (int cm : {1, 2})
@@ -895,6 +950,16 @@ int run_device(std::vector<std::string> only) {
   for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 25)) check_values<float, void, bfloat16, precis::float8_e4m3, float>("mixed", s, u32);
   for (auto s : shapes(gemm_backend::simt, data::signed_uniform, 26)) check_values<float, precis::tf32, float, float, float>("tf32", s, u32);
   epilogue_suite(gemm_backend::simt, u32);
+  split_suite<float, float>("fp32", gemm_backend::simt, u32);
+  split_suite<double, double>("fp64", gemm_backend::simt, 0x1p-53);
+  {
+    precis::cuda::DeviceTensor<half> a(Shape{8, 300}), b(Shape{300, 8}), c(Shape{8, 8});
+    precis::cuda::gemm_options o;
+    o.split_k = 2;
+    expect_error<precis::invalid_argument>(
+        "split_k with a 16-bit accumulator", "16-bit sums are not split",
+        [&] { precis::cuda::gemm<half>(half(1), a, b, half(0), c, {}, o); });
+  }
   }
 
   if (only.empty() || std::find(only.begin(), only.end(), "model") != only.end()) model_suite(dev.sm90a, cc);

@@ -1,10 +1,11 @@
 // GEMM on the GPU: C = epilogue(alpha * A B + beta * C) for device tensors or views, with the
 // accumulator named in the call as on the host:
 //
-//   precis::cuda::gemm<float>(1.0f, A, B, 0.0f, C);            // bf16 A, B: tensor cores, fp32 sums
-//   precis::cuda::gemm<float, precis::tf32>(1.0f, X, W, 0.0f, Y); // fp32 data multiplied as tf32
-//   precis::cuda::gemm<precis::half>(1, A, B, 0, C);            // fp16 accumulation (CUDA cores)
-//   precis::cuda::gemm<float>(1.0f, A, B.transpose(), 0.0f, C, {.act = activation::relu, .bias = b.view()});
+//   precis::cuda::gemm<float>(1.0f, A, B, 0.0f, C);            // bf16 A, B: tensor cores, fp32
+//   sums precis::cuda::gemm<float, precis::tf32>(1.0f, X, W, 0.0f, Y); // fp32 data multiplied as
+//   tf32 precis::cuda::gemm<precis::half>(1, A, B, 0, C);            // fp16 accumulation (CUDA
+//   cores) precis::cuda::gemm<float>(1.0f, A, B.transpose(), 0.0f, C, {.act = activation::relu,
+//   .bias = b.view()});
 //
 // Template arguments: Acc, the accumulator (float, double, half, bfloat16); Operand, the format
 // the operands are rounded to (nearest even, once) before they are multiplied, when it is not
@@ -25,6 +26,12 @@
 // The tensor-core kernels read operands K-major with 16-byte aligned rows; any other operand is
 // first copied once into such a buffer (stream-ordered allocation), converted on the way.
 //
+// K in slices (gemm/split_k.cuh): a product whose C has fewer than 64 tiles of its kernel and a
+// long K is cut along K into up to 32 slices, computed side by side into a workspace and added
+// in slice order before the epilogue; the slices follow from the shape and the kernel, not the
+// device. gemm_options::split_k (or PRECIS_CUDA_GEMM_SPLIT_K) forces a count, 1 for none.
+// 16-bit accumulators are never split (their sums stay in their own format), nor is cublaslt.
+//
 // Errors: shapes that do not multiply, C sharing memory with A or B, a bias that is not [n],
 // an overflow mode C's format cannot represent, or a backend that cannot run the call on this
 // device are precis::error exceptions naming the call and what was expected; CUDA failures are
@@ -32,12 +39,13 @@
 #pragma once
 
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,6 +57,7 @@
 #include "precis/cuda/gemm/simt.cuh"
 #include "precis/cuda/gemm/sm80.cuh"
 #include "precis/cuda/gemm/sm90.cuh"
+#include "precis/cuda/gemm/split_k.cuh"
 #include "precis/cuda/gemm/tensor_op.cuh"
 #include "precis/tensor/elementwise.hpp"
 
@@ -73,6 +82,10 @@ struct gemm_options {
   /// sm90 only: a cluster of cluster_m x cluster_n blocks on neighbouring tiles loads each
   /// shared operand panel once and multicasts it (1 or 2 each; 0 chooses).
   int cluster_m = 0, cluster_n = 0;
+  /// Slices of K computed side by side (gemm/split_k.cuh): 0 chooses by the shape (or takes
+  /// PRECIS_CUDA_GEMM_SPLIT_K), 1 never splits, s > 1 asks for s (at most one K block of the
+  /// kernel a slice). Float and double accumulators only.
+  int split_k = 0;
 };
 
 namespace detail {
@@ -215,25 +228,98 @@ inline std::string mnk(index_t m, index_t n, index_t k) {
 
 // --- launches ------------------------------------------------------------------------------
 
+/// PRECIS_CUDA_GEMM_SPLIT_K: unset or "auto" (0), or a slice count (1: never split).
+inline int split_k_from_env() {
+  static const int v = [] {
+    const char* e = std::getenv("PRECIS_CUDA_GEMM_SPLIT_K");
+    if (e == nullptr || std::string(e) == "auto") return 0;
+    char* end = nullptr;
+    const long n = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || n < 1 || n > 1024) {
+      throw invalid_argument("precis::cuda::gemm: PRECIS_CUDA_GEMM_SPLIT_K=\"" + std::string(e) +
+                             "\"; expected auto or a slice count from 1 to 1024");
+    }
+    return static_cast<int>(n);
+  }();
+  return v;
+}
+
+/// Runs launch(ep, c_slice_bytes) for a product cut into `slices` slices of K: with one slice
+/// straight into C (final); else into a stream-ordered workspace of W, then adds the slices
+/// and finishes C through `final` (split_k_reduce_kernel).
+template <class W, class Launch>
+void with_k_slices(index_t slices, const epilogue_desc<W>& final, cudaStream_t stream,
+                   Launch&& launch) {
+  if (slices <= 1) {
+    launch(final, index_t{0});
+    return;
+  }
+  const index_t m = final.m, n = final.n, stride = split_k_stride(m, n);
+  stream_scratch ws(static_cast<std::size_t>(slices * stride) * sizeof(W), stream);
+  epilogue_desc<W> part;  // plain stores of the partial products, in W
+  part.c = ws.get();
+  part.rs = n;
+  part.cs = 1;
+  part.m = m;
+  part.n = n;
+  part.out = std::is_same_v<W, double> ? value_format::f64 : value_format::f32;
+  part.plain = std::is_same_v<W, float>;
+  part.pairs = n % 2 == 0;
+  launch(part, stride * static_cast<index_t>(sizeof(W)));
+  const index_t threads = m * ((n + 1) / 2);
+  split_k_reduce_kernel<W><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+      static_cast<const W*>(ws.get()), stride, static_cast<int>(slices), final);
+  check(cudaGetLastError(), "precis::cuda::gemm: split-K reduction launch (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", " + std::to_string(slices) +
+                                " slices)");
+}
+
 template <class Acc, class Op, class SA, class SB, class W>
-void launch_simt(const DeviceView<const SA>& a, const DeviceView<const SB>& b, index_t k, const epilogue_desc<W>& ep,
-                 cudaStream_t stream) {
+void launch_simt(const DeviceView<const SA>& a, const DeviceView<const SB>& b, index_t k,
+                 const epilogue_desc<W>& ep, cudaStream_t stream, int forced_slices) {
   const dim3 grid(static_cast<unsigned>((ep.n + simt_bn - 1) / simt_bn), static_cast<unsigned>((ep.m + simt_bm - 1) / simt_bm));
   if (grid.y > 65535u) throw invalid_argument("precis::cuda::gemm (simt): m=" + std::to_string(ep.m) + "; expected m <= 4194240");
-  simt_gemm_kernel<Acc, Op><<<grid, simt_threads, 0, stream>>>(a.data(), a.strides()[0], a.strides()[1], b.data(),
-                                                                b.strides()[0], b.strides()[1], k, ep);
-  check(cudaGetLastError(), "precis::cuda::gemm: simt kernel launch (" + mnk(ep.m, ep.n, k) + ")");
+  index_t slices = 1;
+  constexpr bool splits = std::is_same_v<Acc, float> || std::is_same_v<Acc, double>;
+  if constexpr (splits) {
+    if (k > 0)
+      slices =
+          split_k_slices(index_t{grid.x} * grid.y, (k + simt_bk - 1) / simt_bk, 8, forced_slices);
+  } else if (forced_slices > 1) {
+    throw invalid_argument(
+        "precis::cuda::gemm (simt): split_k " + std::to_string(forced_slices) +
+        " with a 16-bit accumulator; expected 0 or 1 (16-bit sums are not split)");
+  }
+  const index_t kslice =
+      slices > 1 ? split_k_units_per_slice((k + simt_bk - 1) / simt_bk, slices) * simt_bk : k;
+  with_k_slices(slices, ep, stream, [&](const epilogue_desc<W>& e, index_t c_slice_bytes) {
+    const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
+    simt_gemm_kernel<Acc, Op><<<g, simt_threads, 0, stream>>>(
+        a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0], b.strides()[1], k,
+        kslice, c_slice_bytes, e);
+    check(cudaGetLastError(), "precis::cuda::gemm: simt kernel launch (" + mnk(ep.m, ep.n, k) +
+                                  ", " + std::to_string(slices) + " slices of K)");
+  });
 }
 
 template <tc_kind KA, tc_kind KB>
-void launch_sm80(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep, cudaStream_t stream) {
+void launch_sm80(const kmajor_operand& a, const kmajor_operand& b, index_t k,
+                 const epilogue_desc<float>& ep, cudaStream_t stream, int forced_slices) {
   using T = sm80_tile;
   constexpr auto kernel = &sm80_gemm_kernel<KA, KB>;
   allow_smem<kernel>(T::smem_bytes);
   const dim3 grid(static_cast<unsigned>((ep.n + T::bn - 1) / T::bn), static_cast<unsigned>((ep.m + T::bm - 1) / T::bm));
   if (grid.y > 65535u) throw invalid_argument("precis::cuda::gemm (sm80): m=" + std::to_string(ep.m) + "; expected m <= 8388480");
-  kernel<<<grid, T::threads, T::smem_bytes, stream>>>(a.data, a.ld_bytes, b.data, b.ld_bytes, k * tc_bytes(KA), ep);
-  check(cudaGetLastError(), "precis::cuda::gemm: sm80 kernel launch (" + mnk(ep.m, ep.n, k) + ")");
+  const index_t k_bytes = k * tc_bytes(KA), units = (k_bytes + T::bk_bytes - 1) / T::bk_bytes;
+  const index_t slices = split_k_slices(index_t{grid.x} * grid.y, units, T::stages, forced_slices);
+  const index_t kslice_bytes = split_k_units_per_slice(units, slices) * T::bk_bytes;
+  with_k_slices(slices, ep, stream, [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
+    const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
+    kernel<<<g, T::threads, T::smem_bytes, stream>>>(a.data, a.ld_bytes, b.data, b.ld_bytes,
+                                                     k_bytes, kslice_bytes, c_slice_bytes, e);
+    check(cudaGetLastError(), "precis::cuda::gemm: sm80 kernel launch (" + mnk(ep.m, ep.n, k) +
+                                  ", " + std::to_string(slices) + " slices of K)");
+  });
 }
 
 /// cuTensorMapEncodeTiled from the driver, without linking libcuda.
@@ -272,8 +358,9 @@ inline CUtensorMap make_tensor_map(const kmajor_operand& op, CUtensorMapDataType
 }
 
 template <tc_kind K, int ClusterM, int ClusterN>
-void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep,
-                         cudaStream_t stream, int sms) {
+void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index_t k,
+                         const epilogue_desc<float>& ep, cudaStream_t stream, int sms,
+                         int forced_slices) {
   using T = sm90_tile<K>;
   constexpr auto kernel = &sm90_gemm_kernel<K, ClusterM, ClusterN>;
   allow_smem<kernel>(T::smem_bytes);
@@ -283,7 +370,12 @@ void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index
   const CUtensorMap ta = make_tensor_map(a, type, tc_bytes(K), ep.m, k, T::bm / ClusterN);
   const CUtensorMap tb = make_tensor_map(b, type, tc_bytes(K), ep.n, k, std::min(128, T::bn / ClusterM));
   const index_t tiles_m = (ep.m + T::bm - 1) / T::bm, tiles_n = (ep.n + T::bn - 1) / T::bn;
-  const index_t tiles = (tiles_m + ClusterM - 1) / ClusterM * ((tiles_n + ClusterN - 1) / ClusterN);
+  const int kblocks = static_cast<int>((k * tc_bytes(K) + T::bk_bytes - 1) / T::bk_bytes);
+  // 2 K blocks (two stages) at least a slice
+  const index_t slices = split_k_slices(tiles_m * tiles_n, kblocks, 2, forced_slices);
+  const int kslice_blocks = static_cast<int>(split_k_units_per_slice(kblocks, slices));
+  const index_t tiles =
+      (tiles_m + ClusterM - 1) / ClusterM * ((tiles_n + ClusterN - 1) / ClusterN) * slices;
 
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
@@ -310,15 +402,18 @@ void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index
   }
   const index_t grid = std::min<index_t>(tiles, clusters) * ClusterM * ClusterN;
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  const int kblocks = static_cast<int>((k * tc_bytes(K) + T::bk_bytes - 1) / T::bk_bytes);
-  check(cudaLaunchKernelEx(&cfg, kernel, ta, tb, kblocks, ep),
-        "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " + std::to_string(ClusterM) + " x " +
-            std::to_string(ClusterN) + ")");
+  with_k_slices(slices, ep, stream, [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
+    check(cudaLaunchKernelEx(&cfg, kernel, ta, tb, kblocks, kslice_blocks, c_slice_bytes, e),
+          "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " +
+              std::to_string(ClusterM) + " x " + std::to_string(ClusterN) + ", " +
+              std::to_string(slices) + " slices of K)");
+  });
 }
 
 template <tc_kind K>
-void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k, const epilogue_desc<float>& ep, cudaStream_t stream,
-                 int cluster_m, int cluster_n, int sms) {
+void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k,
+                 const epilogue_desc<float>& ep, cudaStream_t stream, int cluster_m, int cluster_n,
+                 int sms, int forced_slices) {
   if (ep.m >= (index_t{1} << 31) || ep.n >= (index_t{1} << 31) || k >= (index_t{1} << 31)) {
     throw invalid_argument("precis::cuda::gemm (sm90): " + mnk(ep.m, ep.n, k) + "; expected each below 2^31");
   }
@@ -335,10 +430,14 @@ void launch_sm90(const kmajor_operand& a, const kmajor_operand& b, index_t k, co
   }
   if (cluster_m == 0) cluster_m = 1;
   if (cluster_n == 0) cluster_n = 1;
-  if (cluster_m == 1 && cluster_n == 1) launch_sm90_cluster<K, 1, 1>(a, b, k, ep, stream, sms);
-  else if (cluster_m == 2 && cluster_n == 1) launch_sm90_cluster<K, 2, 1>(a, b, k, ep, stream, sms);
-  else if (cluster_m == 1 && cluster_n == 2) launch_sm90_cluster<K, 1, 2>(a, b, k, ep, stream, sms);
-  else if (cluster_m == 2 && cluster_n == 2) launch_sm90_cluster<K, 2, 2>(a, b, k, ep, stream, sms);
+  if (cluster_m == 1 && cluster_n == 1)
+    launch_sm90_cluster<K, 1, 1>(a, b, k, ep, stream, sms, forced_slices);
+  else if (cluster_m == 2 && cluster_n == 1)
+    launch_sm90_cluster<K, 2, 1>(a, b, k, ep, stream, sms, forced_slices);
+  else if (cluster_m == 1 && cluster_n == 2)
+    launch_sm90_cluster<K, 1, 2>(a, b, k, ep, stream, sms, forced_slices);
+  else if (cluster_m == 2 && cluster_n == 2)
+    launch_sm90_cluster<K, 2, 2>(a, b, k, ep, stream, sms, forced_slices);
   else {
     throw invalid_argument("precis::cuda::gemm: gemm_options cluster " + std::to_string(cluster_m) + " x " +
                            std::to_string(cluster_n) + "; expected 0 (choose), 1 or 2 each");
@@ -450,8 +549,14 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, C&& c_, c
     throw invalid_argument(std::string(op) + ": C is " + std::string(format_traits<Out>::name) +
                            ", which has no infinity; set the epilogue's ov to overflow::saturate or overflow::nan");
   }
+  if (opt.split_k < 0) {
+    throw invalid_argument(std::string(op) + ": gemm_options split_k " +
+                           std::to_string(opt.split_k) +
+                           "; expected 0 (choose), 1 (none) or a slice count");
+  }
   if (m == 0 || n == 0) return;
   const cudaStream_t stream = opt.stream;
+  const int forced_slices = opt.split_k != 0 ? opt.split_k : detail::split_k_from_env();
 
   if (opt.backend == gemm_backend::cublaslt) {
 #if defined(PRECIS_CUDA_CUBLASLT)
@@ -495,7 +600,8 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, C&& c_, c
 
   if (use == gemm_backend::simt) {
     using W = std::conditional_t<std::is_same_v<Acc, double>, double, float>;
-    detail::launch_simt<Acc, Operand>(a, b, k, detail::make_epilogue_desc<W>(alpha, beta, c, ep), stream);
+    detail::launch_simt<Acc, Operand>(a, b, k, detail::make_epilogue_desc<W>(alpha, beta, c, ep),
+                                      stream, forced_slices);
     return;
   }
   if constexpr (tensor_cores) {
@@ -509,10 +615,11 @@ void gemm(const Acc& alpha, const A& a_, const B& b_, const Acc& beta, C&& c_, c
     const auto bo = detail::k_major<TB, Operand>(b, b.strides()[1], b.strides()[0], n, k, stream, sb);
     if (use == gemm_backend::sm90) {
       if constexpr (KA == KB && KA != detail::tc_kind::tf32) {
-        detail::launch_sm90<KA>(ao, bo, k, p, stream, opt.cluster_m, opt.cluster_n, dev.sms);
+        detail::launch_sm90<KA>(ao, bo, k, p, stream, opt.cluster_m, opt.cluster_n, dev.sms,
+                                forced_slices);
       }
     } else {
-      detail::launch_sm80<KA, KB>(ao, bo, k, p, stream);
+      detail::launch_sm80<KA, KB>(ao, bo, k, p, stream, forced_slices);
     }
   }
 }

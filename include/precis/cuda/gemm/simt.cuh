@@ -66,11 +66,21 @@ __device__ __forceinline__ acc_reg_t<Acc> load_operand(const S* p) {
 inline constexpr int simt_bm = 64, simt_bn = 64, simt_bk = 16, simt_threads = 256;
 
 /// 64 x 64 tile of C per block of 256 threads, 4 x 4 per thread; operand tiles staged in
-/// shared memory as Acc values. Grid: (ceil(n / 64), ceil(m / 64)).
+/// shared memory as Acc values. Grid: (ceil(n / 64), ceil(m / 64), slices): block slice z
+/// multiplies K's range [z kslice, (z + 1) kslice) and finishes its C at ep.c + z c_slice_bytes
+/// (one slice: kslice = k, c_slice_bytes = 0).
 template <class Acc, class Op, class SA, class SB, class W>
-__global__ void __launch_bounds__(simt_threads) simt_gemm_kernel(const SA* a, index_t rsa, index_t csa, const SB* b,
-                                                                 index_t rsb, index_t csb, index_t k, epilogue_desc<W> ep) {
+__global__ void __launch_bounds__(simt_threads)
+    simt_gemm_kernel(const SA* a, index_t rsa, index_t csa, const SB* b, index_t rsb, index_t csb,
+                     index_t k, index_t kslice, index_t c_slice_bytes, epilogue_desc<W> ep) {
   using R = acc_reg_t<Acc>;
+  {
+    const index_t k0 = static_cast<index_t>(blockIdx.z) * kslice;
+    a += k0 * csa;
+    b += k0 * rsb;
+    k = k - k0 < kslice ? k - k0 : kslice;
+    ep.c = static_cast<char*>(ep.c) + static_cast<index_t>(blockIdx.z) * c_slice_bytes;
+  }
   __shared__ R as[simt_bk][simt_bm + 1];
   __shared__ R bs[simt_bk][simt_bn + 1];
   const int tid = static_cast<int>(threadIdx.x);

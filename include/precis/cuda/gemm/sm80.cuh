@@ -51,12 +51,23 @@ __device__ __forceinline__ void sm80_mma(float (&d)[4], const std::uint32_t (&a)
 
 /// C (m x n, through ep) = A B with A given as m rows of k_bytes (row stride lda bytes) and B
 /// as n rows of k_bytes (B's transpose, row stride ldb bytes). Grid: (ceil(n / 256),
-/// ceil(m / 128)); dynamic shared memory sm80_tile::smem_bytes.
+/// ceil(m / 128), slices): block slice z multiplies the bytes [z kslice_bytes, (z + 1)
+/// kslice_bytes) of K (a multiple of 128) and finishes its C at ep.c + z c_slice_bytes (one
+/// slice: kslice_bytes = k_bytes, c_slice_bytes = 0); dynamic shared memory
+/// sm80_tile::smem_bytes.
 template <tc_kind KA, tc_kind KB>
 __global__ void __launch_bounds__(sm80_tile::threads, 1)
-    sm80_gemm_kernel(const char* a, index_t lda, const char* b, index_t ldb, index_t k_bytes, epilogue_desc<float> ep) {
+    sm80_gemm_kernel(const char* a, index_t lda, const char* b, index_t ldb, index_t k_bytes,
+                     index_t kslice_bytes, index_t c_slice_bytes, epilogue_desc<float> ep) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using T = sm80_tile;
+  {
+    const index_t k0 = static_cast<index_t>(blockIdx.z) * kslice_bytes;
+    a += k0;
+    b += k0;
+    k_bytes = k_bytes - k0 < kslice_bytes ? k_bytes - k0 : kslice_bytes;
+    ep.c = static_cast<char*>(ep.c) + static_cast<index_t>(blockIdx.z) * c_slice_bytes;
+  }
   extern __shared__ __align__(128) unsigned char smem[];
   const std::uint32_t s0 = ptx::smem_addr(smem);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
