@@ -23,7 +23,7 @@ torch_gemm  90 30  8  cuBLAS through PyTorch at 4096^3 and 8192^3 (torch_gemm.js
 train      150 40 14  bench_cuda_train: precis's training step on the device
 train_whole_k 60 15 10 bench_cuda_train on the demo's MLP with every product's K whole (PRECIS_CUDA_GEMM_SPLIT_K=1), to set beside train
 torch_train 150 40 14 PyTorch eager's step for the same models and policies
-profile     90 30 40  Nsight Compute's kernel times of a few training steps (the small MLP at batch 128 and the wide MLP, bf16-mixed) and each kernel's share (profile_*.log)
+profile     90 30 64  Nsight Compute's kernel times of a few training steps (the small MLP at batch 128 under bf16-mixed and 32-true, and the wide MLP, bf16-mixed; caches left warm, as in a step) and each kernel's share (profile_*.log)
 demo       150 40 30  the demo's MLP and CNN on the device, default plan, full data set (demo-gpu/)
 vit         90 30  6  the demo's ViT on the device, one epoch of bf16-mixed (demo-gpu-vit/)
 cpu_gemm   180 40 20  bench_gemm on the host CPU at 1 thread and all cores, n = 1024 and 2048, with oneDNN where bundled and the rows split beside the automatic one (a grid on many threads), the benchmarks taking turns (the host's speed drifts), and its ratio tables (cpu_gemm.json)
@@ -94,11 +94,11 @@ run_step() {
       ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
       [[ -n "$ncu" ]] || { echo "ncu not found"; exit 1; }
       # launches skipped: the model's set-up and about 10 warm-up steps; then about 3 steps
-      "$ncu" --clock-control none --launch-skip 400 --launch-count 120 --metrics gpu__time_duration.sum --print-summary per-kernel \
-        "$TREE/bench/cuda/bench_cuda_train" --quick --only "784-256-128-10 | 128 | bf16-mixed" >"$OUT/profile_small.log" 2>&1 &&
-      "$ncu" --clock-control none --launch-skip 450 --launch-count 120 --metrics gpu__time_duration.sum --print-summary per-kernel \
-        "$TREE/bench/cuda/bench_cuda_train" --only "4096-4096-4096-10 | 8192 | bf16-mixed" >"$OUT/profile_wide.log" 2>&1 &&
-      for c in small wide; do echo "$c:"; python3 "$SOURCE/tools/ncu_shares.py" "$OUT/profile_$c.log" --top 8; done ;;
+      prof() { "$ncu" --clock-control none --cache-control none --launch-skip "$1" --launch-count 120 --metrics gpu__time_duration.sum \
+        --print-summary per-kernel "$TREE/bench/cuda/bench_cuda_train" $3 --only "$4" >"$OUT/profile_$2.log" 2>&1; }
+      prof 400 small --quick "784-256-128-10 | 128 | bf16-mixed" && prof 400 small32 --quick "784-256-128-10 | 128 | 32-true" &&
+        prof 450 wide "" "4096-4096-4096-10 | 8192 | bf16-mixed" &&
+        for c in small small32 wide; do echo "$c:"; python3 "$SOURCE/tools/ncu_shares.py" "$OUT/profile_$c.log" --top 18; done ;;
     demo)
       # the ViT apart: attention launches a few kernels per (entry, head) matrix, minutes per run
       "$TREE/examples/train_fashion_mnist" --device cuda --data "$data" --models mlp,cnn --out "$OUT/demo-gpu" ;;
