@@ -244,13 +244,14 @@ inline int split_k_from_env() {
   return v;
 }
 
-/// Runs launch(ep, c_slice_bytes) for a product cut into `slices` slices of K: with one slice
-/// straight into C (final); else into a stream-ordered workspace of W, then adds the slices
-/// and finishes C through `final` (split_k_reduce_kernel).
+/// Runs launch(ep, c_slice_bytes) for a product of `tiles` tiles of C cut into `slices` slices
+/// of K: straight into C through `final`, or (split_k_separate_epilogue) into a stream-ordered
+/// workspace of W, then adds the slices and finishes C through `final` in
+/// split_k_reduce_kernel.
 template <class W, class Launch>
-void with_k_slices(index_t slices, const epilogue_desc<W>& final, cudaStream_t stream,
-                   Launch&& launch) {
-  if (slices <= 1) {
+void with_k_slices(index_t slices, index_t tiles, const epilogue_desc<W>& final,
+                   cudaStream_t stream, Launch&& launch) {
+  if (!split_k_separate_epilogue(slices, tiles, final)) {
     launch(final, index_t{0});
     return;
   }
@@ -269,7 +270,7 @@ void with_k_slices(index_t slices, const epilogue_desc<W>& final, cudaStream_t s
   const index_t threads = m * ((n + 1) / 2);
   split_k_reduce_kernel<W><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
       static_cast<const W*>(ws.get()), stride, static_cast<int>(slices), final);
-  check(cudaGetLastError(), "precis::cuda::gemm: split-K reduction launch (m=" + std::to_string(m) +
+  check(cudaGetLastError(), "precis::cuda::gemm: epilogue kernel launch (m=" + std::to_string(m) +
                                 ", n=" + std::to_string(n) + ", " + std::to_string(slices) +
                                 " slices)");
 }
@@ -282,9 +283,13 @@ void launch_simt(const DeviceView<const SA>& a, const DeviceView<const SB>& b, i
   index_t slices = 1;
   constexpr bool splits = std::is_same_v<Acc, float> || std::is_same_v<Acc, double>;
   if constexpr (splits) {
-    if (k > 0)
-      slices =
-          split_k_slices(index_t{grid.x} * grid.y, (k + simt_bk - 1) / simt_bk, 8, forced_slices);
+    if (k > 0) {
+      slices = split_k_slices(
+          index_t{grid.x} * grid.y, (k + simt_bk - 1) / simt_bk, 8,
+          split_k_by_traffic(ep.m, ep.n, k, static_cast<index_t>(sizeof(SA)),
+                             static_cast<index_t>(sizeof(SB)), static_cast<index_t>(sizeof(W))),
+          forced_slices);
+    }
   } else if (forced_slices > 1) {
     throw invalid_argument(
         "precis::cuda::gemm (simt): split_k " + std::to_string(forced_slices) +
@@ -292,14 +297,16 @@ void launch_simt(const DeviceView<const SA>& a, const DeviceView<const SB>& b, i
   }
   const index_t kslice =
       slices > 1 ? split_k_units_per_slice((k + simt_bk - 1) / simt_bk, slices) * simt_bk : k;
-  with_k_slices(slices, ep, stream, [&](const epilogue_desc<W>& e, index_t c_slice_bytes) {
-    const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
-    simt_gemm_kernel<Acc, Op><<<g, simt_threads, 0, stream>>>(
-        a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0], b.strides()[1], k,
-        kslice, c_slice_bytes, e);
-    check(cudaGetLastError(), "precis::cuda::gemm: simt kernel launch (" + mnk(ep.m, ep.n, k) +
-                                  ", " + std::to_string(slices) + " slices of K)");
-  });
+  with_k_slices(slices, index_t{grid.x} * grid.y, ep, stream,
+                [&](const epilogue_desc<W>& e, index_t c_slice_bytes) {
+                  const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
+                  simt_gemm_kernel<Acc, Op><<<g, simt_threads, 0, stream>>>(
+                      a.data(), a.strides()[0], a.strides()[1], b.data(), b.strides()[0],
+                      b.strides()[1], k, kslice, c_slice_bytes, e);
+                  check(cudaGetLastError(), "precis::cuda::gemm: simt kernel launch (" +
+                                                mnk(ep.m, ep.n, k) + ", " + std::to_string(slices) +
+                                                " slices of K)");
+                });
 }
 
 template <tc_kind KA, tc_kind KB>
@@ -311,15 +318,19 @@ void launch_sm80(const kmajor_operand& a, const kmajor_operand& b, index_t k,
   const dim3 grid(static_cast<unsigned>((ep.n + T::bn - 1) / T::bn), static_cast<unsigned>((ep.m + T::bm - 1) / T::bm));
   if (grid.y > 65535u) throw invalid_argument("precis::cuda::gemm (sm80): m=" + std::to_string(ep.m) + "; expected m <= 8388480");
   const index_t k_bytes = k * tc_bytes(KA), units = (k_bytes + T::bk_bytes - 1) / T::bk_bytes;
-  const index_t slices = split_k_slices(index_t{grid.x} * grid.y, units, T::stages, forced_slices);
+  const index_t slices = split_k_slices(
+      index_t{grid.x} * grid.y, units, T::stages,
+      split_k_by_traffic(ep.m, ep.n, k, tc_bytes(KA), tc_bytes(KB), 4), forced_slices);
   const index_t kslice_bytes = split_k_units_per_slice(units, slices) * T::bk_bytes;
-  with_k_slices(slices, ep, stream, [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
-    const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
-    kernel<<<g, T::threads, T::smem_bytes, stream>>>(a.data, a.ld_bytes, b.data, b.ld_bytes,
-                                                     k_bytes, kslice_bytes, c_slice_bytes, e);
-    check(cudaGetLastError(), "precis::cuda::gemm: sm80 kernel launch (" + mnk(ep.m, ep.n, k) +
-                                  ", " + std::to_string(slices) + " slices of K)");
-  });
+  with_k_slices(
+      slices, index_t{grid.x} * grid.y, ep, stream,
+      [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
+        const dim3 g(grid.x, grid.y, static_cast<unsigned>(slices));
+        kernel<<<g, T::threads, T::smem_bytes, stream>>>(a.data, a.ld_bytes, b.data, b.ld_bytes,
+                                                         k_bytes, kslice_bytes, c_slice_bytes, e);
+        check(cudaGetLastError(), "precis::cuda::gemm: sm80 kernel launch (" + mnk(ep.m, ep.n, k) +
+                                      ", " + std::to_string(slices) + " slices of K)");
+      });
 }
 
 /// cuTensorMapEncodeTiled from the driver, without linking libcuda.
@@ -372,7 +383,9 @@ void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index
   const index_t tiles_m = (ep.m + T::bm - 1) / T::bm, tiles_n = (ep.n + T::bn - 1) / T::bn;
   const int kblocks = static_cast<int>((k * tc_bytes(K) + T::bk_bytes - 1) / T::bk_bytes);
   // 2 K blocks (two stages) at least a slice
-  const index_t slices = split_k_slices(tiles_m * tiles_n, kblocks, 2, forced_slices);
+  const index_t slices =
+      split_k_slices(tiles_m * tiles_n, kblocks, 2,
+                     split_k_by_traffic(ep.m, ep.n, k, tc_bytes(K), tc_bytes(K), 4), forced_slices);
   const int kslice_blocks = static_cast<int>(split_k_units_per_slice(kblocks, slices));
   const index_t tiles =
       (tiles_m + ClusterM - 1) / ClusterM * ((tiles_n + ClusterN - 1) / ClusterN) * slices;
@@ -402,12 +415,14 @@ void launch_sm90_cluster(const kmajor_operand& a, const kmajor_operand& b, index
   }
   const index_t grid = std::min<index_t>(tiles, clusters) * ClusterM * ClusterN;
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  with_k_slices(slices, ep, stream, [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
-    check(cudaLaunchKernelEx(&cfg, kernel, ta, tb, kblocks, kslice_blocks, c_slice_bytes, e),
-          "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " +
-              std::to_string(ClusterM) + " x " + std::to_string(ClusterN) + ", " +
-              std::to_string(slices) + " slices of K)");
-  });
+  with_k_slices(
+      slices, tiles_m * tiles_n, ep, stream,
+      [&](const epilogue_desc<float>& e, index_t c_slice_bytes) {
+        check(cudaLaunchKernelEx(&cfg, kernel, ta, tb, kblocks, kslice_blocks, c_slice_bytes, e),
+              "precis::cuda::gemm: sm90 kernel launch (" + mnk(ep.m, ep.n, k) + ", cluster " +
+                  std::to_string(ClusterM) + " x " + std::to_string(ClusterN) + ", " +
+                  std::to_string(slices) + " slices of K)");
+      });
 }
 
 template <tc_kind K>

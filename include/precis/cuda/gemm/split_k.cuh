@@ -1,5 +1,6 @@
-// K in slices for products with few tiles of C: each slice's partial product goes to a
-// workspace, and one more kernel adds the slices and runs the epilogue.
+// K in slices for products with few tiles of C, and the epilogue in a kernel of its own: each
+// slice's partial product goes to a workspace, and one more kernel adds the slices and runs the
+// epilogue.
 //
 // A product whose C is a few tiles leaves most SMs idle while a few blocks walk all of K (a
 // linear layer's forward at batch 128 is one 128 x 256 tile of the sm90 kernel: 1 of 132
@@ -12,7 +13,16 @@
 // The slices depend on the shape and the kernel alone, never on the device's SM count, so a
 // kernel gives the same bits for the same call on every GPU. The error bound stays that of
 // blockwise summation: each slice's sum has its kernel's bound over its length, and the S
-// slice sums add at W's unit roundoff (S <= 32).
+// slice sums add at W's unit roundoff (S <= 32). The partial sums cost S m n words written and
+// read again, so S is also held to the operands' bytes over m n words: a product whose C is
+// as large as its operands (4096 x 784 @ 784 x 256) keeps K whole.
+//
+// The same workspace, with one slice, takes the epilogue out of the GEMM kernels where it
+// reads memory for each element (C under beta != 0, as a gradient accumulates; a bias) or C
+// has few tiles and the epilogue is not the plain store: the kernels' general epilogue is
+// out of line and finishes one element after another, each load of C waiting on the last
+// store (about 65 us for a 128 x 256 tile on an H200), where the separate kernel has a thread
+// for every pair of C's elements.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,16 +37,19 @@ namespace precis::cuda::detail {
 inline constexpr index_t split_k_max = 32, split_k_target_blocks = 128;
 
 /// How many slices a product of `tiles` tiles of C and `units` K blocks of its kernel is cut
-/// into, at least `min_units` K blocks a slice: 1 when C has tiles enough to fill the device
-/// (64 or more) or K is short; `forced` > 0 asks for that many (clipped to one K block a slice).
-/// The returned count leaves no slice empty.
-inline index_t split_k_slices(index_t tiles, index_t units, index_t min_units, int forced) {
+/// into, at least `min_units` K blocks a slice and at most `by_traffic` (the operands' bytes
+/// over C's in the workspace): 1 when C has tiles enough to fill the device (64 or more) or K
+/// is short; `forced` > 0 asks for that many (clipped to one K block a slice). The returned
+/// count leaves no slice empty.
+inline index_t split_k_slices(index_t tiles, index_t units, index_t min_units, index_t by_traffic,
+                              int forced) {
   index_t s = 1;
   if (forced > 0) {
     s = forced;
   } else if (tiles < split_k_target_blocks / 2) {
     s = (split_k_target_blocks + tiles - 1) / tiles;
     if (s > units / min_units) s = units / min_units;
+    if (s > by_traffic) s = by_traffic;
     if (s > split_k_max) s = split_k_max;
   }
   if (s > units) s = units;
@@ -48,6 +61,22 @@ inline index_t split_k_slices(index_t tiles, index_t units, index_t min_units, i
 /// K blocks per slice for `slices` slices of `units` K blocks.
 inline index_t split_k_units_per_slice(index_t units, index_t slices) {
   return (units + slices - 1) / slices;
+}
+
+/// Slices the workspace's traffic allows: the operands' bytes (m k elements of `a_bytes`, n k
+/// of `b_bytes`) over C's in W (m n words of `w_bytes`).
+inline index_t split_k_by_traffic(index_t m, index_t n, index_t k, index_t a_bytes, index_t b_bytes,
+                                  index_t w_bytes) {
+  return (m * a_bytes + n * b_bytes) * k / (m * n * w_bytes);
+}
+
+/// Whether the epilogue runs in split_k_reduce_kernel rather than in the GEMM kernel: after
+/// slices of K; where it reads memory for each element (beta != 0, a bias); or where C has
+/// few tiles and the epilogue is more than the plain store.
+template <class W>
+bool split_k_separate_epilogue(index_t slices, index_t tiles, const epilogue_desc<W>& ep) {
+  return slices > 1 || ep.beta != W(0) || ep.bias != nullptr ||
+         (!ep.plain && tiles < split_k_target_blocks / 2);
 }
 
 /// Elements between slices in the workspace: m n rounded up to 64 (so paired stores stay aligned).
