@@ -247,9 +247,10 @@ struct epilogue_desc {
 };
 
 /// C_ij and C_i,j+1 (j even) from their accumulated values, any format and rounding; nothing
-/// outside [0, m) x [0, n). Out of line: every accumulator of a kernel calls the one copy.
+/// outside [0, m) x [0, n).
 template <class W>
-__device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t i, index_t j, W v0, W v1) {
+__device__ __forceinline__ void finish_pair(const epilogue_desc<W>& e, index_t i, index_t j, W v0,
+                                            W v1) {
   if (i >= e.m) return;
 #pragma unroll 1
   for (int d = 0; d < 2; ++d) {
@@ -261,6 +262,13 @@ __device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t 
                                 : 0;
     store_any(e.out, e.c, i * e.rs + jj * e.cs, x, e.mode, e.ov, r);
   }
+}
+
+/// finish_pair out of line: every accumulator of a GEMM kernel calls the one copy.
+template <class W>
+__device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t i, index_t j, W v0,
+                                             W v1) {
+  finish_pair(e, i, j, v0, v1);
 }
 
 /// C_ij = alpha v0 and C_i,j+1 = alpha v1 (j even) into fp32, fp16 or bf16 C, rounded to
@@ -288,8 +296,10 @@ struct plain_store {
 };
 
 /// Runs body(store) with the store function for e's case: store(i, j, v0, v1) finishes C_ij
-/// and C_i,j+1 (j even). One branch per kernel, outside the loops over accumulators.
-template <class W, class Body>
+/// and C_i,j+1 (j even). One branch per kernel, outside the loops over accumulators. Inline:
+/// the general case inlined too (for a kernel that finishes one pair a thread), else out of
+/// line.
+template <bool Inline = false, class W, class Body>
 __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& body) {
   if (e.plain && e.out == value_format::bf16) {
     body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
@@ -298,7 +308,10 @@ __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& 
   } else if (e.plain && e.out == value_format::f32) {
     body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
   } else {
-    body([&](index_t i, index_t j, W v0, W v1) { finish_pair_any(e, i, j, v0, v1); });
+    if constexpr (Inline)
+      body([&](index_t i, index_t j, W v0, W v1) { finish_pair(e, i, j, v0, v1); });
+    else
+      body([&](index_t i, index_t j, W v0, W v1) { finish_pair_any(e, i, j, v0, v1); });
   }
 }
 

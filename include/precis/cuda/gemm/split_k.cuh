@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "precis/cuda/gemm/epilogue.cuh"
 
@@ -83,23 +84,38 @@ bool split_k_separate_epilogue(index_t slices, index_t tiles, const epilogue_des
 inline index_t split_k_stride(index_t m, index_t n) { return (m * n + 63) / 64 * 64; }
 
 /// C (through ep) from `slices` partial products in ws (each m x n, row-major, `stride`
-/// elements apart), added in slice order in W. One thread per pair of columns (j, j + 1).
+/// elements apart), added in slice order in W. One thread per pair of columns (j, j + 1),
+/// the epilogue inlined (ep read where the launch put it, never copied).
 template <class W>
 __global__ void __launch_bounds__(256)
-    split_k_reduce_kernel(const W* ws, index_t stride, int slices, epilogue_desc<W> ep) {
+    split_k_reduce_kernel(const W* ws, index_t stride, int slices,
+                          const __grid_constant__ epilogue_desc<W> ep) {
   const index_t per_row = (ep.n + 1) / 2;
   const index_t t = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= ep.m * per_row) return;
   const index_t i = t / per_row, j = 2 * (t - i * per_row);
-  const bool second = j + 1 < ep.n;
   const W* p = ws + i * ep.n + j;
-  W v0 = p[0], v1 = second ? p[1] : W(0);
-  for (int s = 1; s < slices; ++s) {
-    p += stride;
-    v0 += p[0];
-    if (second) v1 += p[1];
+  W v0, v1;
+  if (ep.n % 2 == 0) {  // pairs of W aligned (the workspace and its slices are)
+    using W2 = std::conditional_t<std::is_same_v<W, double>, double2, float2>;
+    W2 v = *reinterpret_cast<const W2*>(p);
+    for (int s = 1; s < slices; ++s) {
+      p += stride;
+      const W2 u = *reinterpret_cast<const W2*>(p);
+      v.x += u.x;
+      v.y += u.y;
+    }
+    v0 = v.x, v1 = v.y;
+  } else {
+    const bool second = j + 1 < ep.n;
+    v0 = p[0], v1 = second ? p[1] : W(0);
+    for (int s = 1; s < slices; ++s) {
+      p += stride;
+      v0 += p[0];
+      if (second) v1 += p[1];
+    }
   }
-  with_epilogue(ep, [&](auto store) { store(i, j, v0, v1); });
+  with_epilogue<true>(ep, [&](auto store) { store(i, j, v0, v1); });
 }
 
 }  // namespace precis::cuda::detail
