@@ -284,6 +284,141 @@ TEST(Tape, ParameterGradientsAccumulateOverMicroBatchesUntilZeroed) {
   for (int j = 0; j < 2; ++j) EXPECT_EQ(layer.bias()->grad.data()[j], 0.0f);
 }
 
+/// Every layer with parameters: a convolution, batch norm, an embedding added to tokens, a
+/// transformer block, one Linear applied twice (two nodes write its gradient), a head.
+template <class P>
+struct Zoo : nn::Module<P> {
+  explicit Zoo(std::uint64_t seed) {
+    conv = &this->register_module(
+        "conv", std::make_unique<nn::Conv2d<P>>(2, 4, std::array<index_t, 2>{3, 3},
+                                                conv2d_options{{1, 1}, {1, 1}, {1, 1}, 1}, seed));
+    bn = &this->register_module("bn", std::make_unique<nn::BatchNorm2d<P>>(4));
+    pos = &this->register_module("pos", std::make_unique<nn::Embedding<P>>(4, 16, seed + 1));
+    block = &this->register_module("block",
+                                   std::make_unique<nn::TransformerBlock<P>>(16, 2, 2, seed + 2));
+    twice = &this->register_module("twice", std::make_unique<nn::Linear<P>>(16, 16, seed + 3));
+    head = &this->register_module("head", std::make_unique<nn::Linear<P>>(16, 5, seed + 4));
+  }
+  template <class S>
+  auto operator()(const Var<P, S>& x) {
+    Tape<P>& t = x.tape();
+    const index_t b = x.shape()[0];
+    const std::int64_t at[4] = {0, 1, 2, 3};
+    const auto h = reshape((*bn)((*conv)(x)), Shape{b, 4, 16});
+    const auto z = reshape((*block)(add(h, (*pos)(t, at, Shape{4}))), Shape{b * 4, 16});
+    return (*head)((*twice)(relu((*twice)(z))));
+  }
+  nn::Conv2d<P>* conv;
+  nn::BatchNorm2d<P>* bn;
+  nn::Embedding<P>* pos;
+  nn::TransformerBlock<P>* block;
+  nn::Linear<P>* twice;
+  nn::Linear<P>* head;
+};
+
+/// One backward of the zoo's loss on a fixed batch, into whatever the gradients hold.
+template <class P>
+void zoo_backward(Zoo<P>& net, Tape<P>& t) {
+  const auto x = filled<float>({2, 2, 4, 4}, -1, 1, 40);
+  std::vector<std::int64_t> labels(8);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 5);
+  t.reset();
+  t.backward(cross_entropy(net(t.input(x)), labels));
+}
+
+template <class P>
+std::vector<std::vector<double>> zoo_grads(Zoo<P>& net) {
+  std::vector<std::vector<double>> out;
+  for (auto* p : net.parameters()) {
+    out.emplace_back();
+    for (index_t i = 0; i < p->grad.size(); ++i)
+      out.back().push_back(static_cast<double>(p->grad.data()[i]));
+  }
+  return out;
+}
+
+/// zero_grad() marks the gradients as zeros, and the next backward's first write into each
+/// assigns instead of adding: the same values as adding into the zeros, for every layer, a
+/// parameter two nodes write, and a second backward that adds (gradient accumulation).
+template <class P>
+void zeroed_gradients_are_assigned_with_the_values_of_adding() {
+  Zoo<P> net(30);
+  Tape<P> t;
+  net.zero_grad();
+  for (auto* p : net.parameters()) EXPECT_TRUE(p->grad_is_zero) << p->name;
+  zoo_backward(net, t);
+  for (auto& [name, p] : net.named_parameters())
+    EXPECT_FALSE(p->grad_is_zero) << name << ": the backward wrote it";
+  const auto assigned = zoo_grads(net);
+  zoo_backward(net, t);  // no zero_grad: adds (gradient accumulation)
+  const auto assigned_twice = zoo_grads(net);
+
+  net.zero_grad();
+  for (auto* p : net.parameters()) p->grad_is_zero = false;  // the same zeros, added into
+  zoo_backward(net, t);
+  const auto added = zoo_grads(net);
+  zoo_backward(net, t);
+  const auto added_twice = zoo_grads(net);
+
+  const auto named = net.named_parameters();
+  ASSERT_EQ(assigned.size(), named.size());
+  for (std::size_t k = 0; k < named.size(); ++k) {
+    std::size_t differ = 0, differ_twice = 0, nonzero = 0;
+    for (std::size_t i = 0; i < added[k].size(); ++i) {
+      differ += assigned[k][i] == added[k][i] ? 0u : 1u;
+      differ_twice += assigned_twice[k][i] == added_twice[k][i] ? 0u : 1u;
+      nonzero += added[k][i] != 0 ? 1u : 0u;
+    }
+    EXPECT_EQ(differ, 0u) << named[k].first;
+    EXPECT_EQ(differ_twice, 0u) << named[k].first << ": the second backward must add";
+    EXPECT_GT(nonzero, 0u) << named[k].first
+                           << ": a gradient that never reached the parameter tests nothing";
+  }
+}
+
+TEST(Tape, ZeroedGradientsAreAssignedWithTheValuesOfAdding) {
+  zeroed_gradients_are_assigned_with_the_values_of_adding<P32>();
+  zeroed_gradients_are_assigned_with_the_values_of_adding<PBF>();
+  zeroed_gradients_are_assigned_with_the_values_of_adding<pol::named<"16-mixed">>();
+}
+
+TEST(Tape, TheZeroMarkIsTheCallersWordAndReadAtBackward) {
+  // integers throughout, so every sum is exact in any order. d sum(x w) / dw = x's column sums
+  // broadcast over w's columns; the concatenation adds 3 + 3 per element through its own path
+  Tensor<float> x(Shape{3, 4}), w(Shape{4, 2}), g(Shape{4, 2});
+  for (index_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(i % 5) - 2;
+  for (index_t i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(i % 3) - 1;
+  const auto run = [&](bool* mark, bool through_cat) {
+    Tape<P32> t;
+    auto wv = t.param(w.view(), g.view(), mark);
+    auto loss = sum(matmul(t.input(x), wv));
+    if (through_cat) loss = add(loss, sum(mul(cat(0, {wv, wv}), t.full<float>(Shape{8, 2}, 3.0))));
+    t.backward(loss);
+  };
+  const auto expect_grad = [&](float base, float extra) {
+    for (index_t k = 0; k < 4; ++k) {
+      const float col = x(0, k) + x(1, k) + x(2, k);
+      for (index_t j = 0; j < 2; ++j) EXPECT_EQ(g(k, j), base + extra + col) << k << "," << j;
+    }
+  };
+  std::fill_n(g.data(), g.size(), 100.0f);
+  bool mark = true;  // wrong on purpose: the GEMM, first to write, must not read the 100s
+  run(&mark, false);
+  EXPECT_FALSE(mark);
+  expect_grad(0, 0);
+  std::fill_n(g.data(), g.size(), 100.0f);
+  run(&mark, false);  // cleared by that backward: added to
+  expect_grad(100, 0);
+  std::fill_n(g.data(), g.size(), 100.0f);
+  mark = true;  // the concatenation writes first (adding) and clears the mark: the GEMM adds too
+  run(&mark, true);
+  EXPECT_FALSE(mark);
+  expect_grad(100, 6);
+  std::fill_n(g.data(), g.size(), 100.0f);
+  run(nullptr, false);  // no mark: added to
+  expect_grad(100, 0);
+}
+
 TEST(Tape, ValuesAndGradientsUseThePolicysStorageTypes) {
   Tape<PBF> t;
   Tensor<bfloat16> w(Shape{3, 4}), gw(Shape{3, 4});

@@ -18,17 +18,17 @@
 // backend whose memory the host cannot read (a GPU's) the same code records and differentiates.
 #pragma once
 
-#include "precis/config.hpp"
-
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "precis/autodiff/arena.hpp"
+#include "precis/config.hpp"
 #include "precis/error.hpp"
 #include "precis/ops/cpu.hpp"
 #include "precis/policy/policies.hpp"
@@ -188,6 +188,7 @@ class Tape {
     bool external_grad = false;  // a parameter's gradient lives in the caller's tensor
     bool contiguous = false;     // strides are the row-major ones
     std::uint32_t uses = 0;      // recorded ops that read it (each adds into its gradient)
+    bool* grad_is_zero = nullptr;  // a parameter's mark that its gradient holds zeros (param())
   };
 
   /// One recorded op: its backward function, its output, and its typed state in the arena
@@ -220,8 +221,15 @@ class Tape {
 
   /// A parameter: its value is read in place and its gradient accumulates (+=) into `grad`
   /// (same shape, contiguous) on every backward, until the caller zeroes it.
+  /// `grad_is_zero`, when given, is the caller's mark that `grad` holds zeros (as
+  /// nn::Parameter::grad_is_zero, which zero_grad() sets): while it is true when a backward
+  /// first reaches this gradient, that backward clears it and assigns its first write instead
+  /// of adding it to the zeros (the same values, without reading them back). The mark is read
+  /// then, not now, so a gradient written by an earlier backward (of this tape or another) is
+  /// added to.
   template <class S, class C, class G, class GC>
-  Var<P, S> param(const TensorView<S, C>& value, const TensorView<G, GC>& grad) {
+  Var<P, S> param(const TensorView<S, C>& value, const TensorView<G, GC>& grad,
+                  bool* grad_is_zero = nullptr) {
     using V = detail::remove_const_t<S>;
     static_assert(std::is_same_v<G, grad_storage_t<P, V>>,
                   "precis::Tape::param: the gradient tensor's storage must be grad_storage_t<Policy, S>");
@@ -234,16 +242,24 @@ class Tape {
                                       value.is_contiguous());
     slots_[id].grad = grad.data();
     slots_[id].external_grad = true;
+    slots_[id].grad_is_zero = grad_is_zero;
     return Var<P, V>(this, id, gen_);
   }
-  /// param(p.value, p.grad) for anything holding a value and a gradient tensor (nn::Parameter).
+  /// param(p.value, p.grad) for anything holding a value and a gradient tensor (nn::Parameter),
+  /// with &p.grad_is_zero when it has that mark.
   template <class Prm>
     requires requires(Prm& p) {
       p.value.view();
       p.grad.view();
     }
   auto param(Prm& p) {
-    return param(p.value.view(), p.grad.view());
+    if constexpr (requires {
+                    { p.grad_is_zero } -> std::same_as<bool&>;
+                  }) {
+      return param(p.value.view(), p.grad.view(), &p.grad_is_zero);
+    } else {
+      return param(p.value.view(), p.grad.view());
+    }
   }
 
   /// An input in host memory, copied into the arena (the caller's buffer may change
@@ -413,6 +429,7 @@ class Tape {
   TensorView<G> grad_view(std::uint32_t id) {
     using M = detail::remove_const_t<G>;
     Slot& s = slots_[id];
+    if (s.grad_is_zero != nullptr) *s.grad_is_zero = false;  // whoever asks may add into it
     if (s.grad == nullptr) {
       const auto n = static_cast<std::size_t>(s.shape.numel());
       M* g = arena_.template allocate_array<M>(n);
@@ -436,6 +453,15 @@ class Tape {
     return g;
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
+  /// Whether value id is a parameter whose gradient its caller marked as zeros
+  /// (param(value, grad, grad_is_zero)) and no backward has written since: then clears the
+  /// mark, and the caller's first write into the gradient may assign.
+  bool take_zeroed_grad(std::uint32_t id) noexcept {
+    bool* mark = slots_[id].grad_is_zero;
+    if (mark == nullptr || !*mark) return false;
+    *mark = false;
+    return true;
+  }
   /// Gives value `in` the gradient buffer of value `out`, for an op whose input's gradient is its
   /// output's element for element in row-major order (a reshape; either input of an add that
   /// broadcasts neither): only when `in` has no gradient yet and that op is the one recorded op

@@ -254,11 +254,14 @@ class MixedPrecisionOptimizer {
   static_assert(std::is_trivially_copyable_v<Rule> && std::is_trivially_copyable_v<typename Rule::context>,
                 "precis::cuda::MixedPrecisionOptimizer: the rule and its context are copied to the device");
 
-  /// A parameter and its gradient, dense, of the same shape, in device memory.
+  /// A parameter and its gradient, dense, of the same shape, in device memory; grad_is_zero,
+  /// when given, the mark zero_grad() sets that the gradient holds zeros
+  /// (nn::Parameter::grad_is_zero, which the tape's next backward reads).
   struct parameter {
     std::string name;
     DeviceView<param_type> value;
     DeviceView<grad_type> grad;
+    bool* grad_is_zero = nullptr;
   };
 
   struct options {
@@ -312,7 +315,8 @@ class MixedPrecisionOptimizer {
       static_assert(std::is_same_v<typename decltype(v)::storage_type, param_type> &&
                         std::is_same_v<typename decltype(g)::storage_type, grad_type>,
                     "precis::cuda::MixedPrecisionOptimizer: the module's parameters are of another policy's types");
-      out.push_back({name, DeviceView<param_type>(v.data(), v.shape()), DeviceView<grad_type>(g.data(), g.shape())});
+      out.push_back({name, DeviceView<param_type>(v.data(), v.shape()),
+                     DeviceView<grad_type>(g.data(), g.shape()), &p->grad_is_zero});
     }
     return out;
   }
@@ -343,11 +347,17 @@ class MixedPrecisionOptimizer {
   Rule& rule() noexcept { return rule_; }
   const Rule& rule() const noexcept { return rule_; }
 
-  /// Enqueues zeroing every parameter's gradient.
+  /// Enqueues zeroing every parameter's gradient, and marks them so (parameter::grad_is_zero):
+  /// a backward enqueued after it on the same stream assigns its first write into each. (A step
+  /// captured into a CUDA graph replays the choice made while capturing: capture zero_grad()
+  /// with it.)
   void zero_grad() {
     optim_detail::zero_kernel<seg>
         <<<static_cast<unsigned>(n_tiles_), optim_detail::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data());
     launched("zero_grad");
+    for (const parameter& p : params_) {
+      if (p.grad_is_zero != nullptr) *p.grad_is_zero = true;
+    }
   }
 
   /// The next step() is skipped and backs the scaler off whatever the gradients hold (another

@@ -38,6 +38,12 @@ struct Parameter {
   std::string name;
   typename B::template tensor<S> value;
   typename B::template tensor<G> grad;
+  /// True while `grad` is known to hold zeros: zero_grad() sets it, and the next backward's
+  /// first write into the gradient then assigns instead of adding (a weight gradient's GEMM
+  /// stores its product without reading the zeros back), and clears it. The values are the
+  /// same either way (0 + v rounded once is v rounded once; a -0 stays -0). If you write into
+  /// `grad` yourself between zero_grad() and backward, set it to false.
+  bool grad_is_zero = false;
 
   /// Host copies of the value and of the gradient: on a device backend, downloads that wait
   /// for the work enqueued where `b` enqueues its own (its stream).
@@ -96,7 +102,8 @@ class Module {
     for_each_parameter([&](parameter& p) { n += p.value.size(); });
     return n;
   }
-  /// Sets every gradient to zero (backward accumulates; call between steps). On a device
+  /// Sets every gradient to zero (backward accumulates; call between steps) and marks it so
+  /// (Parameter::grad_is_zero): the next backward assigns its first write. On a device
   /// backend the zeroing is enqueued where `b` enqueues its work (its stream).
   void zero_grad(const backend_type& b = {}) {
     for_each_parameter([&](parameter& p) {
@@ -106,6 +113,7 @@ class Module {
         static_assert(std::is_trivially_copyable_v<grad_type>, "precis::nn::Module::zero_grad: a device gradient type is trivially copyable");
         b.zero_bytes(p.grad.data(), static_cast<std::size_t>(p.grad.size()) * sizeof(grad_type));
       }
+      p.grad_is_zero = true;
     });
   }
 

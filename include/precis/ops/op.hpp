@@ -222,17 +222,24 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
   // zero bytes (the binary formats; not Boost.Multiprecision's): its writes zero what they do
   // not cover, and settle_fresh() what it never wrote. (When the backward throws, they are left
   // as they are: the sweep stops, and a sweep run again allocates intermediate gradients
-  // afresh.) A value that is two inputs is allocated, and marked, once.
+  // afresh.) A value that is two inputs is allocated, and marked, once. A parameter's
+  // gradient that zero_grad() left as zeros is marked the same way (zeroed), once per step.
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (
         [&] {
           const std::uint32_t id = st.in[I];
-          if (!t.slot(id).requires_grad || t.has_grad(id)) return;
           using GI = grad_t<P, S>;
+          if (t.take_zeroed_grad(id)) {
+            ctx.mark_fresh(t.slot(id).grad,
+                           static_cast<std::size_t>(t.slot(id).shape.numel()) * sizeof(GI));
+            return;
+          }
+          if (!t.slot(id).requires_grad || t.has_grad(id)) return;
           if constexpr (assigns_fresh<Op> && std::is_trivially_copyable_v<GI>) {  // zeroed by memset
             const auto elems = static_cast<std::size_t>(t.slot(id).shape.numel());
             GI* g = t.template new_grad<GI>(id, elems);
-            if (!ctx.mark_fresh(g, elems * sizeof(GI), false)) ctx.zero_bytes(g, elems * sizeof(GI));
+            if (!ctx.mark_fresh(g, elems * sizeof(GI), false))
+              ctx.zero_bytes(g, elems * sizeof(GI));
           } else {
             const auto g = t.template grad_view<GI>(id);
             ctx.mark_fresh(g.data(), static_cast<std::size_t>(g.size()) * sizeof(GI));

@@ -223,9 +223,12 @@ class MixedPrecisionOptimizer {
     return apply;
   }
 
-  /// Zeroes every parameter's gradient.
+  /// Zeroes every parameter's gradient and marks it so (nn::Parameter::grad_is_zero).
   void zero_grad() {
-    for (slot& s : slots_) std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+    for (slot& s : slots_) {
+      std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+      s.p->grad_is_zero = true;
+    }
     clear_sums();
   }
 
@@ -448,6 +451,7 @@ class MixedPrecisionOptimizer {
         pd::store_run(out.data(), s.sum.data() + c0, len, index_t{1});
       }
       std::fill(s.p->grad.begin(), s.p->grad.end(), grad_type(0));
+      s.p->grad_is_zero = true;
     }
     return finite;
   }
