@@ -18,17 +18,18 @@
 // backend whose memory the host cannot read (a GPU's) the same code records and differentiates.
 #pragma once
 
+#include "precis/config.hpp"
+
 #include <array>
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "precis/autodiff/arena.hpp"
-#include "precis/config.hpp"
 #include "precis/error.hpp"
 #include "precis/ops/cpu.hpp"
 #include "precis/policy/policies.hpp"

@@ -348,9 +348,8 @@ class MixedPrecisionOptimizer {
   const Rule& rule() const noexcept { return rule_; }
 
   /// Enqueues zeroing every parameter's gradient, and marks them so (parameter::grad_is_zero):
-  /// a backward enqueued after it on the same stream assigns its first write into each. (A step
-  /// captured into a CUDA graph replays the choice made while capturing: capture zero_grad()
-  /// with it.)
+  /// a backward enqueued after it on the same stream assigns its first write into each. (A
+  /// graph keeps the choice its captured backward made; docs/cuda.md.)
   void zero_grad() {
     optim_detail::zero_kernel<seg>
         <<<static_cast<unsigned>(n_tiles_), optim_detail::threads, 0, o_.stream>>>(segs_.data(), tile_seg_.data());
