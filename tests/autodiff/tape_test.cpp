@@ -402,8 +402,16 @@ TEST(Tape, TheZeroMarkIsTheCallersWordAndReadAtBackward) {
     }
   };
   std::fill_n(g.data(), g.size(), 100.0f);
-  bool mark = true;  // wrong on purpose: the GEMM, first to write, must not read the 100s
-  run(&mark, false);
+  bool mark = true;  // wrong on purpose: the GEMM is the first to write
+#ifndef NDEBUG
+  // checked where NDEBUG is not defined: an error, and the gradient left as it was
+  expect_throw_containing<autodiff_error>([&] { run(&mark, false); }, "grad_is_zero");
+  EXPECT_FALSE(mark);
+  for (index_t i = 0; i < g.size(); ++i) EXPECT_EQ(g.data()[i], 100.0f) << i;
+  std::fill_n(g.data(), g.size(), 0.0f);
+  mark = true;
+#endif
+  run(&mark, false);  // assigned: with NDEBUG the 100s are not read
   EXPECT_FALSE(mark);
   expect_grad(0, 0);
   std::fill_n(g.data(), g.size(), 100.0f);

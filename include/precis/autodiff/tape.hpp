@@ -20,6 +20,7 @@
 
 #include "precis/config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstdint>
@@ -454,13 +455,30 @@ class Tape {
     return g;
   }
   bool has_grad(std::uint32_t id) const { return slots_[id].grad != nullptr; }
-  /// Whether value id is a parameter whose gradient its caller marked as zeros
+  /// Whether value id is a parameter whose gradient (of type G) its caller marked as zeros
   /// (param(value, grad, grad_is_zero)) and no backward has written since: then clears the
-  /// mark, and the caller's first write into the gradient may assign.
-  bool take_zeroed_grad(std::uint32_t id) noexcept {
-    bool* mark = slots_[id].grad_is_zero;
-    if (mark == nullptr || !*mark) return false;
-    *mark = false;
+  /// mark, and the caller's first write into the gradient may assign. Builds without NDEBUG
+  /// check the mark where the host can read the gradient: a gradient that holds anything but
+  /// zero bytes (written by its owner after zero_grad(), the mark left set) throws, since the
+  /// write would overwrite it.
+  template <class G>
+  bool take_zeroed_grad(std::uint32_t id) {
+    const Slot& s = slots_[id];
+    if (s.grad_is_zero == nullptr || !*s.grad_is_zero) return false;
+    *s.grad_is_zero = false;
+#ifndef NDEBUG
+    if constexpr (backend_type::host_memory && std::is_trivially_copyable_v<G>) {
+      const auto* b = static_cast<const unsigned char*>(s.grad);
+      const auto bytes = static_cast<std::size_t>(s.shape.numel()) * sizeof(G);
+      if (std::any_of(b, b + bytes, [](unsigned char c) { return c != 0; })) [[unlikely]] {
+        throw autodiff_error(
+            "precis::Tape::backward: the gradient of a parameter of shape " + s.shape.str() +
+            " is marked as zeros (grad_is_zero, set by zero_grad()) but holds other values; "
+            "expected grad_is_zero = false after writing into a gradient yourself (the backward "
+            "would overwrite it, not add to it)");
+      }
+    }
+#endif
     return true;
   }
   /// Gives value `in` the gradient buffer of value `out`, for an op whose input's gradient is its

@@ -42,7 +42,8 @@ struct Parameter {
   /// first write into the gradient then assigns instead of adding (a weight gradient's GEMM
   /// stores its product without reading the zeros back), and clears it. The values are the
   /// same either way (0 + v rounded once is v rounded once; a -0 stays -0). If you write into
-  /// `grad` yourself between zero_grad() and backward, set it to false.
+  /// `grad` yourself between zero_grad() and backward, set it to false (builds without NDEBUG
+  /// throw where a marked host gradient is not zeros; others would overwrite it).
   bool grad_is_zero = false;
 
   /// Host copies of the value and of the gradient: on a device backend, downloads that wait

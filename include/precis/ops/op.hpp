@@ -229,7 +229,7 @@ void op_backward(Tape<P>& t, const node_t<P>& n) {
         [&] {
           const std::uint32_t id = st.in[I];
           using GI = grad_t<P, S>;
-          if (t.take_zeroed_grad(id)) {
+          if (t.template take_zeroed_grad<GI>(id)) {
             ctx.mark_fresh(t.slot(id).grad,
                            static_cast<std::size_t>(t.slot(id).shape.numel()) * sizeof(GI));
             return;
