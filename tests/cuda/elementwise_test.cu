@@ -5,8 +5,9 @@
 // running sums); shapes that do not broadcast, outputs with a broadcast axis and partial
 // overlaps are named before any launch. With --device (label `gpu`;
 // exit 77, skipped, without a device):
-// - broadcasting, strides (a transposed input, a scalar, a row), in-place outputs and every
-//   output format, with correctly rounded functors: the host's precis::map_into bits;
+// - broadcasting, strides (a transposed input, a scalar, a row), in-place outputs, dense
+//   operands read eight at a time (aligned, with a tail) or one at a time (misaligned), and
+//   every output format, with correctly rounded functors: the host's precis::map_into bits;
 // - the op layer's functors whose every operation is correctly rounded and has no multiply
 //   followed by an add (neg, abs, relu, sqrt, rsqrt, reciprocal, add, sub, mul, div, maximum,
 //   minimum, where and the derivatives of that form) over every finite bf16 and fp16 value:
@@ -232,7 +233,26 @@ void machinery() {
   precis::Tensor<precis::half> hw(Shape{6, 5, 7});
   precis::map_into<double>("div", hw.view(), precis::fn::div{}, x.view(), row.view());
   check(mismatches(back(h), hw) == 0, "double arithmetic rounded once into fp16: the host's bits");
-  std::printf("machinery: broadcasting, strides, in-place and every output format give the host's bits\n");
+  // dense operands: eight elements at a time where every pointer is 16-byte aligned (301 = 8 x
+  // 37 + a tail of 5), one at a time where one is not (the output one element in); in place
+  precis::Tensor<float> u(Shape{301});
+  for (auto& v : u) v = nd(rng);
+  auto du = pc::DeviceTensor<float>::from_host(u);
+  pc::DeviceTensor<precis::bfloat16> yb(Shape{301}), yo(Shape{302});
+  pc::map_into<float>(nullptr, "relu", yb.view(), precis::fn::relu{}, du.view());
+  pc::map_into<float>(nullptr, "relu", pc::DeviceView<precis::bfloat16>(yo.data() + 1, Shape{301}), precis::fn::relu{}, du.view());
+  pc::map_into<float>(nullptr, "neg", du.view(), precis::fn::neg{}, pc::DeviceView<const float>(du.view()));
+  precis::Tensor<precis::bfloat16> wr(Shape{301});
+  precis::map_into<float>("relu", wr.view(), precis::fn::relu{}, u.view());
+  precis::Tensor<float> wn(Shape{301});
+  precis::map_into<float>("neg", wn.view(), precis::fn::neg{}, u.view());
+  const auto yo_host = back(yo);
+  precis::Tensor<precis::bfloat16> yo_tail(Shape{301});
+  std::copy(yo_host.data() + 1, yo_host.data() + 302, yo_tail.data());
+  check(mismatches(back(yb), wr) == 0, "a dense map, eight elements at a time and a tail of five: the host's bits");
+  check(mismatches(yo_tail, wr) == 0, "the same map with the output not 16-byte aligned: the host's bits");
+  check(mismatches(back(du), wn) == 0, "a dense map in place: the host's bits");
+  std::printf("machinery: broadcasting, strides, in-place, dense maps and every output format give the host's bits\n");
 }
 
 /// Every finite value of S, as a tensor.
@@ -410,9 +430,12 @@ void one_sum(const char* what, const Shape& to_shape, const precis::Tensor<float
 void sums() {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(1.0f, 2.0f);
-  precis::Tensor<float> a(Shape{300, 257}), b(Shape{50, 4, 6}), c(Shape{1000, 37});
-  for (auto* t : {&a, &b, &c}) for (auto& v : *t) v = nd(rng);
+  precis::Tensor<float> a(Shape{300, 257}), b(Shape{50, 4, 6}), c(Shape{1000, 37}), d(Shape{3, 700, 33}), e(Shape{8192, 10});
+  for (auto* t : {&a, &b, &c, &d, &e}) for (auto& v : *t) v = nd(rng);
   one_sum<float>("bias gradient [257] from [300, 257]", Shape{257}, a, Shape{300, 257}, Shape{257, 1});
+  // column sums of more than 1024 rows: chunks of rows, then the chunks' sums
+  one_sum<float>("bias gradient [33] from [3, 700, 33] (4 chunks)", Shape{33}, d, Shape{3, 700, 33}, Shape{23100, 33, 1});
+  one_sum<precis::bfloat16>("bias gradient [10] from [8192, 10] into bf16 (16 chunks)", Shape{10}, e, Shape{8192, 10}, Shape{10, 1});
   one_sum<precis::bfloat16>("the same into bf16", Shape{257}, a, Shape{300, 257}, Shape{257, 1});
   // b stored [50, 4, 6], viewed as [4, 50, 6] (a permuted, strided view): sum over the middle axis
   one_sum<float>("middle axis [4, 1, 6] from a strided [4, 50, 6]", Shape{4, 1, 6}, b, Shape{4, 50, 6}, Shape{6, 24, 1});

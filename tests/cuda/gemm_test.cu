@@ -214,6 +214,7 @@ struct spec {
   data values = data::signed_uniform;
   double alpha = 1, beta = 0;
   bool bias = false;
+  bool bias_bf16 = false;  // the bias in bf16 (its values rounded to bf16 first), not fp32
   activation act = activation::none;
   precis::rounding mode = precis::rounding::nearest_even;
   precis::overflow ov = precis::overflow::infinity;
@@ -230,7 +231,7 @@ std::string describe(const spec& s) {
   if (s.cluster_m) d += " cluster " + std::to_string(s.cluster_m) + "x" + std::to_string(s.cluster_n);
   if (s.split_k) d += " split_k=" + std::to_string(s.split_k);
   if (s.alpha != 1 || s.beta != 0) d += " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta);
-  if (s.bias) d += " +bias";
+  if (s.bias) d += s.bias_bf16 ? " +bf16 bias" : " +bias";
   if (s.act == activation::relu) d += " relu";
   if (s.act == activation::gelu) d += " gelu";
   if (s.act == activation::gelu_tanh) d += " gelu_tanh";
@@ -341,28 +342,35 @@ outcome<Out> run_gemm(const spec& s) {
   }
   auto dc = precis::cuda::DeviceTensor<Out>::from_host(hc);
   precis::cuda::DeviceTensor<float> dbias(Shape{s.n});
+  precis::cuda::DeviceTensor<precis::bfloat16> dbias16(Shape{s.n});
   precis::cuda::epilogue<float> ep;
+  precis::cuda::epilogue<precis::bfloat16> ep16;
   if (s.bias) {
     precis::Tensor<float> hb(Shape{s.n});
+    precis::Tensor<precis::bfloat16> hb16(Shape{s.n});
     r.bias.resize(static_cast<std::size_t>(s.n));
     for (index_t j = 0; j < s.n; ++j) {
       hb.data()[j] = static_cast<float>(static_cast<double>(g() >> 11) * 0x1p-52 - 1.0);
-      r.bias[static_cast<std::size_t>(j)] = hb.data()[j];
+      hb16.data()[j] = from_double<precis::bfloat16>(hb.data()[j]);
+      r.bias[static_cast<std::size_t>(j)] = s.bias_bf16 ? to_double(hb16.data()[j]) : hb.data()[j];
     }
     dbias.copy_from(hb);
+    dbias16.copy_from(hb16);
     ep.bias = dbias.view();
+    ep16.bias = dbias16.view();
   }
-  ep.act = s.act;
-  ep.mode = s.mode;
-  ep.ov = s.ov;
-  ep.seed = 0x1234567890abcdefULL ^ s.seed;
-  ep.offset = s.seed;
+  ep.act = ep16.act = s.act;
+  ep.mode = ep16.mode = s.mode;
+  ep.ov = ep16.ov = s.ov;
+  ep.seed = ep16.seed = 0x1234567890abcdefULL ^ s.seed;
+  ep.offset = ep16.offset = s.seed;
   precis::cuda::gemm_options opt;
   opt.backend = s.backend;
   opt.cluster_m = s.cluster_m;
   opt.cluster_n = s.cluster_n;
   opt.split_k = s.split_k;
-  precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep, opt);
+  if (s.bias_bf16) precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep16, opt);
+  else precis::cuda::gemm<Acc, Op>(static_cast<Acc>(s.alpha), da.view, db.view, static_cast<Acc>(s.beta), dc, ep, opt);
   precis::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after gemm");
   const auto back = dc.to_host();
   r.c.assign(back.data(), back.data() + back.size());
@@ -558,13 +566,24 @@ void epilogue_suite(gemm_backend be, const accumulation& u_acc) {
     s.bias = true;
   }
   if (be == gemm_backend::cublaslt) return;  // cuBLASLt rounds to nearest only
-  // C of 64 or more tiles and an epilogue that reads nothing: finished inside the GEMM kernel
-  // (fewer tiles, or beta and a bias, go to the separate epilogue kernel above)
+  // C of 64 or more tiles and an epilogue that reads no C: finished inside the GEMM kernel
+  // (fewer tiles, or beta != 0, go to the separate epilogue kernel above)
   spec big;
   big.backend = be;
   big.m = 1100, big.n = 2100, big.k = 100;
   big.act = activation::gelu_tanh;
   check_values<float, void, bfloat16, bfloat16, bfloat16>("bf16", big, u_acc);
+  // alpha, a bias (fp32 or bf16) and relu with beta = 0: the plain store, inline as well
+  big.act = activation::relu;
+  big.alpha = 0.75;
+  big.bias = true;
+  for (const bool b16 : {false, true}) {
+    big.bias_bf16 = b16;
+    check_values<float, void, bfloat16, bfloat16, bfloat16>("bf16", big, u_acc);
+    check_values<float, void, bfloat16, bfloat16, float>("bf16", big, u_acc);
+  }
+  big.alpha = 1;
+  big.bias = big.bias_bf16 = false;
   big.act = activation::none;
   big.mode = precis::rounding::stochastic;
   check_rounding<float, void, bfloat16, bfloat16, bfloat16>("bf16", big);

@@ -253,8 +253,8 @@ class cuda : public fresh_tracking<cuda> {
     precis::cuda::sum_into<T>(stream_, "precis::sum_to_shape", precis::cuda::device_view(to), precis::cuda::device_view(from));
   }
 
-  /// col = the column sums of g [rows, cols] in Acc (precis::cuda::sum_into: a warp per
-  /// column, in a fixed order; another order than op::cpu's running sums).
+  /// col = the column sums of g [rows, cols] in Acc (precis::cuda::sum_into: coalesced column
+  /// sums in a fixed order, another than op::cpu's running sums).
   template <class Acc, class S, class C>
   void sum_rows(const TensorView<Acc>& col, const TensorView<S, C>& g) const {
     precis::cuda::sum_into<Acc>(stream_, "precis::sum_rows", precis::cuda::device_view(col), precis::cuda::device_view(g));

@@ -206,6 +206,25 @@ class DeviceTensor {
 
 namespace detail {
 
+/// Device memory for one call (a GEMM's staging copies, a sum's partial results), allocated
+/// and freed in stream order.
+class stream_scratch {
+ public:
+  stream_scratch(std::size_t bytes, cudaStream_t s) : s_(s) {
+    check(cudaMallocAsync(&p_, bytes, s), "cudaMallocAsync of " + std::to_string(bytes) + " bytes (a call's scratch memory)");
+  }
+  stream_scratch(const stream_scratch&) = delete;
+  stream_scratch& operator=(const stream_scratch&) = delete;
+  ~stream_scratch() {
+    if (p_) cudaFreeAsync(p_, s_);
+  }
+  void* get() const noexcept { return p_; }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
+
 // precis::half and precis::bfloat16 have the same 16 bits as __half and __nv_bfloat16.
 template <class T>
 __device__ float load_as_float(const T* p, std::size_t i) {

@@ -16,6 +16,10 @@
 // (a * b + c becomes one fused multiply-add on the device unless the translation unit is built
 // with -fmad=false); library functions (exp, log, tanh, erf, pow) follow CUDA's error bounds
 // (CUDA C++ Programming Guide, "Mathematical Functions": expf 2 ulp, logf 1, tanhf 2, erff 2).
+//
+// Where every operand is dense (row-major over the whole shape, no broadcast) and 16-byte
+// aligned, a thread reads and writes eight neighbouring elements at a time with 16-byte
+// accesses (the tail one by one): the same values, fewer and wider memory instructions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -75,6 +80,13 @@ struct layout {
   index_t shape[max_rank] = {};
   index_t strides[N][max_rank] = {};
   bool dense = false;  // every operand row-major over the whole shape: offset = index
+  bool vec = false;    // dense, and every operand 16-byte aligned: eight elements a load
+};
+
+/// Eight neighbouring elements, loaded and stored as 16-byte words.
+template <class T>
+struct alignas(16) vec8 {
+  T v[8];
 };
 
 template <class A, class O, class F, std::size_t N, class... X, std::size_t... I>
@@ -93,12 +105,39 @@ __device__ void apply(O* y, const F& f, const layout<N>& l, index_t i, std::inde
   store(y + off[0], f(load<A>(x + off[I + 1])...));
 }
 
+/// out[e] = p[e] widened to A, for the eight elements at p (16-byte aligned).
+template <class A, class X>
+__device__ __forceinline__ void load8(const X* p, A (&out)[8]) {
+  const vec8<X> c = *reinterpret_cast<const vec8<X>*>(p);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = load<A>(&c.v[e]);
+}
+
+/// y[i + e] = f(x[i + e]...) for e < 8, every input's eight elements loaded before any is
+/// stored (so y may be an input exactly).
+template <class A, class O, class F, class... X>
+__device__ void apply8(O* y, const F& f, index_t i, const X*... x) {
+  A v[sizeof...(X) > 0 ? sizeof...(X) : 1][8];
+  [[maybe_unused]] std::size_t k = 0;
+  (load8<A>(x + i, v[k++]), ...);
+  vec8<O> out;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) store(&out.v[e], f(v[I][e]...));
+  }(std::index_sequence_for<X...>{});
+  *reinterpret_cast<vec8<O>*>(y + i) = out;
+}
+
 template <class A, class O, class F, std::size_t N, class... X>
 __global__ void map_kernel(O* y, F f, layout<N> l, index_t n, const X*... x) {
   const auto step = static_cast<index_t>(gridDim.x) * blockDim.x;
-  for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    apply<A>(y, f, l, i, std::index_sequence_for<X...>{}, x...);
+  const index_t first = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  index_t done = 0;
+  if (l.vec) {
+    done = n / 8 * 8;
+    for (index_t g = first; g < n / 8; g += step) apply8<A>(y, f, 8 * g, x...);
   }
+  for (index_t i = done + first; i < n; i += step) apply<A>(y, f, l, i, std::index_sequence_for<X...>{}, x...);
 }
 
 /// Strides of view v (shape s, strides st) broadcast to `out` (aligned at the trailing axis).
@@ -207,9 +246,12 @@ void map_into(cudaStream_t stream, const char* op, const DeviceView<O>& y, F f, 
       ...);
   const index_t n = out.numel();
   if (n == 0) return;
-  const auto l = ew_detail::layout_of<N>(y, x...);
+  auto l = ew_detail::layout_of<N>(y, x...);
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  l.vec = l.dense && n >= 8 && aligned(y.data()) && (aligned(x.data()) && ...);
   const int threads = 256;
-  const auto blocks = static_cast<unsigned>(std::min<index_t>((n + threads - 1) / threads, 65535));
+  const index_t items = l.vec ? n / 8 : n;
+  const auto blocks = static_cast<unsigned>(std::min<index_t>((items + threads - 1) / threads, 65535));
   ew_detail::map_kernel<A><<<blocks, threads, 0, stream>>>(y.data(), f, l, n, x.data()...);
   check(cudaGetLastError(), std::string(op) + ": launch of the element-wise kernel (" + std::to_string(n) + " elements)");
 }

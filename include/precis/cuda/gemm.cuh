@@ -132,24 +132,6 @@ inline device_info current_device_info() {
   return *slot;
 }
 
-/// Device memory for one call, allocated and freed in stream order.
-class stream_scratch {
- public:
-  stream_scratch(std::size_t bytes, cudaStream_t s) : s_(s) {
-    check(cudaMallocAsync(&p_, bytes, s), "cudaMallocAsync of " + std::to_string(bytes) + " bytes (GEMM staging)");
-  }
-  stream_scratch(const stream_scratch&) = delete;
-  stream_scratch& operator=(const stream_scratch&) = delete;
-  ~stream_scratch() {
-    if (p_) cudaFreeAsync(p_, s_);
-  }
-  void* get() const noexcept { return p_; }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t s_;
-};
-
 // --- tensor-core kinds -------------------------------------------------------------------
 
 /// The tensor-core kind of an operand stored as S and multiplied as Op (void: as stored), or
@@ -480,8 +462,13 @@ epilogue_desc<W> make_epilogue_desc(const Acc& alpha, const Acc& beta, const Dev
   p.offset = ep.offset;
   p.div0 = ep.divide_by[0];
   p.div1 = ep.divide_by[1];
-  p.plain = ep.mode == rounding::nearest_even && ep.ov == overflow::infinity && p.beta == W(0) && p.bias == nullptr &&
-            ep.act == activation::none && (p.out == value_format::f32 || p.out == value_format::f16 || p.out == value_format::bf16);
+  // a double epilogue rounds into 16-bit C only through the general path (once, from double)
+  const bool plain_out = p.out == value_format::f32 ||
+                         (std::is_same_v<W, float> && (p.out == value_format::f16 || p.out == value_format::bf16));
+  const bool plain_bias = p.bias == nullptr || p.bias_format == value_format::f32 || p.bias_format == value_format::f16 ||
+                          p.bias_format == value_format::bf16;
+  p.plain = ep.mode == rounding::nearest_even && ep.ov == overflow::infinity && p.beta == W(0) && plain_bias &&
+            (ep.act == activation::none || ep.act == activation::relu) && plain_out;
   p.pairs = p.cs == 1 && p.rs % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.c) % (2 * sizeof(Out)) == 0;
   return p;
 }

@@ -10,9 +10,11 @@
 // device and the host give the same bits for the same value and random bits.
 //
 // C and the bias are fp64, fp32, fp16, bf16, fp8 e4m3 or fp8 e5m2, described at run time so
-// that one compiled kernel serves every output format. The plain case (C = alpha A B in fp32,
-// fp16 or bf16, rounded to nearest) is inlined into the kernels with paired stores; everything
-// else goes through one out-of-line function.
+// that one compiled kernel serves every output format. The plain case (C = alpha A B, plus an
+// fp32, fp16 or bf16 bias and relu if asked, into fp32, fp16 or bf16 C, rounded to nearest) is
+// inlined into the kernels with paired stores; everything else goes through one out-of-line
+// function. Both compute alpha v, then + beta C_ij, then + bias_j, each rounded once in the
+// epilogue's arithmetic (never fused into a multiply-add), so they give the same bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -188,6 +190,12 @@ __device__ __forceinline__ void store_any(value_format f, void* p, index_t idx, 
   }
 }
 
+/// a * b and a + b rounded once each, never contracted into a fused multiply-add.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 template <class W>
 __device__ __forceinline__ W activate(activation a, W x) {
   switch (a) {
@@ -219,7 +227,8 @@ struct epilogue_desc {
   activation act = activation::none;
   rounding mode = rounding::nearest_even;
   overflow ov = overflow::infinity;
-  /// Inlined path: C = alpha A B in fp32, fp16 or bf16, rounded to nearest (set by the host).
+  /// Inlined path: C = act(alpha A B + bias) in fp32, fp16 or bf16, beta = 0, a bias of fp32,
+  /// fp16 or bf16 or none, act none or relu, rounded to nearest (set by the host).
   bool plain = false;
   /// Adjacent columns j, j+1 (j even) may be stored as one word (unit column stride, aligned).
   bool pairs = false;
@@ -237,11 +246,11 @@ struct epilogue_desc {
     return static_cast<W>(static_cast<double>(alpha) / d);
   }
 
-  /// alpha v + beta C_ij + bias_j, activated.
+  /// ((alpha v) + beta C_ij) + bias_j, each operation rounded once, activated.
   __device__ __forceinline__ W value(index_t i, index_t j, W v) const {
-    v = scaled_alpha() * v;
-    if (beta != W(0)) v += beta * load_any<W>(out, c, i * rs + j * cs);  // beta == 0: C is not read
-    if (bias != nullptr) v += load_any<W>(bias_format, bias, j);
+    v = mul_rn(scaled_alpha(), v);
+    if (beta != W(0)) v = add_rn(v, mul_rn(beta, load_any<W>(out, c, i * rs + j * cs)));  // beta == 0: C is not read
+    if (bias != nullptr) v = add_rn(v, load_any<W>(bias_format, bias, j));
     return activate(act, v);
   }
 };
@@ -271,27 +280,43 @@ __device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t 
   finish_pair(e, i, j, v0, v1);
 }
 
-/// C_ij = alpha v0 and C_i,j+1 = alpha v1 (j even) into fp32, fp16 or bf16 C, rounded to
-/// nearest: the common case, inlined, with what it reads held in registers.
+/// C_ij = act(alpha v0 + bias_j) and C_i,j+1 = act(alpha v1 + bias_j+1) (j even) into fp32,
+/// fp16 or bf16 C, rounded to nearest: the common case, inlined, with what it reads held in
+/// registers. The bias (fp32, fp16 or bf16; null: none) is read through the caches, a column at
+/// a time.
 template <class Out, class W>
 struct plain_store {
   Out* c;
   index_t rs, cs, m, n;
   W alpha;
   bool pairs;
+  const void* bias;
+  value_format bias_format;
+  bool relu;
+
+  __device__ __forceinline__ W finish(index_t j, W v) const {
+    v = mul_rn(alpha, v);
+    if (bias != nullptr) {
+      if (bias_format == value_format::bf16) v = add_rn(v, decode<W>(static_cast<const precis::bfloat16*>(bias) + j));
+      else if (bias_format == value_format::f16) v = add_rn(v, decode<W>(static_cast<const precis::half*>(bias) + j));
+      else v = add_rn(v, static_cast<W>(static_cast<const float*>(bias)[j]));
+    }
+    return relu && v < W(0) ? W(0) : v;  // NaN passes through
+  }
 
   __device__ __forceinline__ void operator()(index_t i, index_t j, W v0, W v1) const {
     if (i >= m || j >= n) return;
     Out* row = c + i * rs;
-    const float x0 = static_cast<float>(alpha * v0), x1 = static_cast<float>(alpha * v1);
+    const float x0 = static_cast<float>(finish(j, v0));
     if (pairs && j + 1 < n) {
+      const float x1 = static_cast<float>(finish(j + 1, v1));
       if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(row + j) = make_float2(x0, x1);
       else if constexpr (std::is_same_v<Out, precis::bfloat16>) *reinterpret_cast<__nv_bfloat162*>(row + j) = __floats2bfloat162_rn(x0, x1);
       else *reinterpret_cast<__half2*>(row + j) = __floats2half2_rn(x0, x1);
       return;
     }
     round_store(row + j * cs, x0, rounding::nearest_even, overflow::infinity, 0);
-    if (j + 1 < n) round_store(row + (j + 1) * cs, x1, rounding::nearest_even, overflow::infinity, 0);
+    if (j + 1 < n) round_store(row + (j + 1) * cs, static_cast<float>(finish(j + 1, v1)), rounding::nearest_even, overflow::infinity, 0);
   }
 };
 
@@ -301,12 +326,16 @@ struct plain_store {
 /// line.
 template <bool Inline = false, class W, class Body>
 __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& body) {
+  const bool relu = e.act == activation::relu;
   if (e.plain && e.out == value_format::bf16) {
-    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
+    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs,
+                                          e.bias, e.bias_format, relu});
   } else if (e.plain && e.out == value_format::f16) {
-    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
+    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias,
+                                      e.bias_format, relu});
   } else if (e.plain && e.out == value_format::f32) {
-    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs});
+    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias, e.bias_format,
+                               relu});
   } else {
     if constexpr (Inline)
       body([&](index_t i, index_t j, W v0, W v1) { finish_pair(e, i, j, v0, v1); });

@@ -18,11 +18,12 @@
 // as large as its operands (4096 x 784 @ 784 x 256) keeps K whole.
 //
 // The same workspace, with one slice, takes the epilogue out of the GEMM kernels where it
-// reads memory for each element (C under beta != 0, as a gradient accumulates; a bias) or C
-// has few tiles and the epilogue is not the plain store: the kernels' general epilogue is
-// out of line and finishes one element after another, each load of C waiting on the last
-// store (in a training step on an H200, 82 us for a weight gradient of 8 tiles against 8.7 in
-// the separate kernel, which has a thread for every pair of C's elements).
+// reads memory for each element (C under beta != 0, as a gradient accumulates; a bias in a
+// format the plain store does not read) or C has few tiles and the epilogue is not the plain
+// store: the kernels' general epilogue is out of line and finishes one element after another,
+// each load of C waiting on the last store (in a training step on an H200, 82 us for a weight
+// gradient of 8 tiles against 8.7 in the separate kernel, which has a thread for every pair of
+// C's elements).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -72,11 +73,12 @@ inline index_t split_k_by_traffic(index_t m, index_t n, index_t k, index_t a_byt
 }
 
 /// Whether the epilogue runs in split_k_reduce_kernel rather than in the GEMM kernel: after
-/// slices of K; where it reads memory for each element (beta != 0, a bias); or where C has
-/// few tiles and the epilogue is more than the plain store.
+/// slices of K; where it reads C for each element (beta != 0) or a bias the plain store does
+/// not read; or where C has few tiles and the epilogue is more than the plain store. (The plain
+/// store adds a bias and applies relu inline, so a linear layer's forward stays one kernel.)
 template <class W>
 bool split_k_separate_epilogue(index_t slices, index_t tiles, const epilogue_desc<W>& ep) {
-  return slices > 1 || ep.beta != W(0) || ep.bias != nullptr ||
+  return slices > 1 || ep.beta != W(0) || (ep.bias != nullptr && !ep.plain) ||
          (!ep.plain && tiles < split_k_target_blocks / 2);
 }
 
