@@ -240,6 +240,28 @@ class cuda : public fresh_tracking<cuda> {
                           precis::cuda::device_view(c), ep, opt);
   }
 
+  /// y = alpha a b + bias (bias [n] broadcast over the rows), rounded once into y. With an fp32
+  /// or fp64 accumulator, one GEMM whose epilogue adds the bias to each sum in that arithmetic
+  /// (inline in the kernel for an fp32, fp16 or bf16 bias: y written once); with a 16-bit
+  /// accumulator (or a bias of a format C cannot be), op::gemm_bias_in_steps (the bias starts
+  /// each sum, as on the CPU).
+  template <class Acc, class O, class SA, class CA, class SB, class CB, class B>
+  void gemm_bias(const TensorView<O>& y, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, const TensorView<const B>& bias,
+                 const fp8::gemm_alpha& alpha = 1.0) const {
+    if constexpr ((std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) && precis::cuda::detail::value_format_of<B>() >= 0) {
+      precis::cuda::gemm_options opt;
+      opt.stream = stream_;
+      precis::cuda::epilogue<B> ep;
+      ep.bias = precis::cuda::device_view(as<B>(bias, false));  // contiguous, as the epilogue reads it
+      ep.divide_by[0] = alpha.divide_by[0];
+      ep.divide_by[1] = alpha.divide_by[1];
+      precis::cuda::gemm<Acc>(static_cast<Acc>(alpha.value), precis::cuda::device_view(a), precis::cuda::device_view(b), Acc(0),
+                              precis::cuda::device_view(y), ep, opt);
+    } else {
+      gemm_bias_in_steps<Acc>(*this, y, a, b, bias, alpha);
+    }
+  }
+
   /// y = f(x...) element-wise on the device (precis::cuda::map_into), in A's device arithmetic
   /// (precis::cuda::acc_t: fp16 and bf16 as narrow, every operation rounded into the format).
   template <class A, class Y, class F, class... X>

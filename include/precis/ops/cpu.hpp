@@ -309,6 +309,22 @@ const R* contiguous_in(const Ctx& ctx, const S* p, index_t n) {
   }
 }
 
+/// y = alpha a b + bias (bias [n] broadcast over y's rows) in three steps through ctx: an Acc
+/// buffer (y itself when y is Acc) set to the bias, the product added into it by ctx.gemm
+/// (so the bias starts each sum), then rounded once into y. The CPU backend's gemm_bias, and a
+/// device backend's where its GEMM cannot add the bias itself.
+template <class Acc, class Ctx, class O, class SA, class CA, class SB, class CB, class B>
+void gemm_bias_in_steps(const Ctx& ctx, const TensorView<O>& y, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b,
+                        const TensorView<const B>& bias, const fp8::gemm_alpha& alpha) {
+  const auto acc = [&] {
+    if constexpr (std::is_same_v<O, Acc>) return y;
+    else return ctx.template temp<Acc>(y.shape());
+  }();
+  ctx.template map_into<default_compute_t<Acc>>("precis::linear", acc, detail::identity{}, bias);  // broadcast
+  ctx.gemm(acc, a, b, true, alpha);
+  if constexpr (!std::is_same_v<O, Acc>) ctx.copy(acc.as_const(), y);
+}
+
 /// The CPU backend: memory from the tape's arenas (or an eager call's own) and precis's blocked
 /// GEMM. Ops reach memory and matrix products only through their context, so a device backend
 /// with the same members runs the same definitions.
@@ -418,6 +434,14 @@ class cpu : public fresh_tracking<cpu> {
         }
       }
     }
+  }
+
+  /// y = alpha a b + bias (bias [n] broadcast over the rows), accumulated in Acc starting from
+  /// the bias and rounded once into y (gemm_bias_in_steps).
+  template <class Acc, class O, class SA, class CA, class SB, class CB, class B>
+  void gemm_bias(const TensorView<O>& y, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, const TensorView<const B>& bias,
+                 const fp8::gemm_alpha& alpha = 1.0) const {
+    gemm_bias_in_steps<Acc>(*this, y, a, b, bias, alpha);
   }
 
   /// y = f(x...) element-wise (x broadcast to y's shape), evaluated in A and rounded once into

@@ -112,8 +112,9 @@ struct matmul : def<policy::safety::low_precision_safe> {
 };
 
 /// x W^T (+ bias) for x [batch, in], W [out, in], bias [out]: a matmul whose bias is added in
-/// the accumulator before the one rounding to the output type (fp8 policies: as matmul; the
-/// bias gradient is summed from the unscaled output gradient).
+/// the accumulator before the one rounding to the output type (the context's gemm_bias: on the
+/// CPU the bias starts each sum, on the GPU the GEMM's epilogue adds it to the fp32 sum; fp8
+/// policies: as matmul; the bias gradient is summed from the unscaled output gradient).
 struct linear : def<policy::safety::low_precision_safe> {
   static constexpr bool assigns_fresh_gradients = true;  // op::cpu::take_fresh
   static constexpr bool context_only = true;
@@ -146,17 +147,8 @@ struct linear : def<policy::safety::low_precision_safe> {
     sv.x = detail::ad::gemm_operand<T, 0>(ctx, x, sv.sc);
     sv.w = detail::ad::gemm_operand<T, 1>(ctx, w, sv.sc);
     const fp8::gemm_alpha alpha = fp8::descale(sv.sc.s0, sv.sc.s1);
-    if constexpr (sizeof...(B) == 0) {
-      ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false, alpha);
-    } else {
-      const auto acc = [&] {
-        if constexpr (std::is_same_v<O, Acc>) return y;
-        else return ctx.template temp<Acc>(y.shape());
-      }();
-      ctx.template map_into<default_compute_t<Acc>>("precis::linear", acc, detail::identity{}, bias...);  // broadcast
-      ctx.gemm(acc, sv.x, sv.w.transpose(), true, alpha);
-      if constexpr (!std::is_same_v<O, Acc>) ctx.copy(acc.as_const(), y);
-    }
+    if constexpr (sizeof...(B) == 0) ctx.template gemm<Acc>(y, sv.x, sv.w.transpose(), false, alpha);
+    else ctx.template gemm_bias<Acc>(y, sv.x, sv.w.transpose(), bias..., alpha);
   }
   template <class T, class Ctx, class G, class O, class... X, class... GX>
   static void backward(const Ctx& ctx, const attrs&, const saved<T>& sv, const TensorView<const G>& gy,
