@@ -22,7 +22,8 @@
 //   and back, and every sum, at most 20 terms, may run in another order: 2 (14 u_storage +
 //   2 gamma_20(u_fp32)) relative, normwise), and its second step allocates no device memory;
 // - sum, mean, norm, logsumexp (over an axis and over everything), softmax and log_softmax
-//   (along rows, columns and a transposed view), layer_norm, causal attention, max, min, nll,
+//   (along rows, columns and a transposed view), layer_norm, causal attention, two-head attention
+//   (on the device both fused into one launch each way), max, min, nll,
 //   dropout, embedding and mse on Tape<cuda::on_device<P>> (32-true, bf16-mixed, 64-true):
 //   loss and gradients within
 //   2 (24 u_storage + 2 gamma_60(u_acc) + 16 u_acc) of the host tape's (roundings into
@@ -376,7 +377,8 @@ void tape_on_device(const char* name) {
 /// gradient) -> h = matmul(x, w [10, 10]) -> softmax along rows (of h and, strided, of its
 /// transpose), log_softmax along columns, logsumexp, norm, sum and mean over an axis and over
 /// everything, layer_norm (gamma, beta [10]), mse against a target, causal attention of h as
-/// [2, 3, 10] with itself, nll of the log_softmax, max along rows and min along columns,
+/// [2, 3, 10] with itself, two-head attention of h, the softmax and the layer norm (three
+/// gradients apart), nll of the log_softmax, max along rows and min along columns,
 /// dropout (the same Philox mask on both), an embedding of w's rows (one repeated); their sum
 /// differentiated with seed 2.
 /// Returns the loss, then the parameters' and x's gradients.
@@ -425,6 +427,8 @@ model_result run_reductions() {
               precis::sum(precis::norm(h, 1)) + precis::sum(precis::mean(h, 0)) + precis::sum(precis::sum(at, 1)) + precis::norm(lp) +
               precis::mse(ln, tape.input(target)) +
               precis::sum(precis::attention(hq, hq, hq, precis::attention_options{.causal = true})) +
+              precis::sum(precis::attention(hq, precis::reshape(a, Shape{2, 3, 10}), precis::reshape(ln, Shape{2, 3, 10}),
+                                            precis::attention_options{.heads = 2})) +
               precis::nll(lp, std::vector<std::int64_t>{1, 0, 9, 4, 4, 7}) + precis::sum(precis::max(h, 1)) +
               precis::sum(precis::min(precis::transpose(h), 1)) +
               precis::sum(precis::dropout(h, precis::dropout_options{.p = 0.3, .seed = 7, .offset = 2})) +

@@ -280,10 +280,20 @@ __device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t 
   finish_pair(e, i, j, v0, v1);
 }
 
+/// Element j of a plain epilogue's bias (fp32, fp16 or bf16), through the read-only path
+/// (ld.global.nc, which the compiler may move ahead of stores into C).
+template <class W>
+__device__ __forceinline__ W plain_bias(const void* bias, value_format f, index_t j) {
+  const auto* b16 = static_cast<const unsigned short*>(bias);
+  if (f == value_format::bf16) return static_cast<W>(__bfloat162float(__ushort_as_bfloat16(__ldg(b16 + j))));
+  if (f == value_format::f16) return static_cast<W>(__half2float(__ushort_as_half(__ldg(b16 + j))));
+  return static_cast<W>(__ldg(static_cast<const float*>(bias) + j));
+}
+
 /// C_ij = act(alpha v0 + bias_j) and C_i,j+1 = act(alpha v1 + bias_j+1) (j even) into fp32,
 /// fp16 or bf16 C, rounded to nearest: the common case, inlined, with what it reads held in
-/// registers. The bias (fp32, fp16 or bf16; null: none) is read through the caches, a column at
-/// a time.
+/// registers. The bias (fp32, fp16 or bf16; null: none) is read a column at a time (plain_bias;
+/// the sm90 kernel adds it to its accumulators before its stores instead).
 template <class Out, class W>
 struct plain_store {
   Out* c;
@@ -296,11 +306,7 @@ struct plain_store {
 
   __device__ __forceinline__ W finish(index_t j, W v) const {
     v = mul_rn(alpha, v);
-    if (bias != nullptr) {
-      if (bias_format == value_format::bf16) v = add_rn(v, decode<W>(static_cast<const precis::bfloat16*>(bias) + j));
-      else if (bias_format == value_format::f16) v = add_rn(v, decode<W>(static_cast<const precis::half*>(bias) + j));
-      else v = add_rn(v, static_cast<W>(static_cast<const float*>(bias)[j]));
-    }
+    if (bias != nullptr) v = add_rn(v, plain_bias<W>(bias, bias_format, j));
     return relu && v < W(0) ? W(0) : v;  // NaN passes through
   }
 

@@ -43,28 +43,20 @@ __global__ void __launch_bounds__(256) pack_kernel(const Src* src, index_t rs, i
   __shared__ Word tile[32][33];
   const index_t r0 = static_cast<index_t>(blockIdx.y) * 32, c0 = static_cast<index_t>(blockIdx.x) * 32;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  // (the loops over y have four iterations, unrolled, so each thread has its four loads in
-  // flight at once)
   if (cs == 1 || rs != 1) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int y = ty + 8 * q;
+    for (int y = ty; y < 32; y += 8) {
       const index_t r = r0 + y, c = c0 + tx;
       if (r < rows && c < cols) convert_one<Dst, Op>(src + r * rs + c * cs, dst + r * ldd + c);
     }
     return;
   }
   // column-major source: read down the columns, write along the rows
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int y = ty + 8 * q;
+  for (int y = ty; y < 32; y += 8) {
     const index_t r = r0 + tx, c = c0 + y;
     if (r < rows && c < cols) convert_one<Dst, Op>(src + r + c * cs, reinterpret_cast<Dst*>(&tile[tx][y]));
   }
   __syncthreads();
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int y = ty + 8 * q;
+  for (int y = ty; y < 32; y += 8) {
     const index_t r = r0 + y, c = c0 + tx;
     if (r < rows && c < cols) *reinterpret_cast<Word*>(dst + r * ldd + c) = tile[y][tx];
   }

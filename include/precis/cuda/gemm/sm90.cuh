@@ -251,6 +251,25 @@ __global__ void __launch_bounds__(384, 1)
         const index_t j0 = static_cast<index_t>(tile_n) * T::bn + 2 * (lane % 4);
         epilogue_desc<float> ez = ep;
         ez.c = static_cast<char*>(ep.c) + z * c_slice_bytes;
+        if (ez.plain && ez.bias != nullptr) {
+          // alpha and the bias applied to the accumulators first, as the plain store would
+          // (the same two roundings), so that the bias loads go out together rather than each
+          // behind the last store into C
+          const float al = ez.scaled_alpha();
+#pragma unroll
+          for (int i = 0; i < T::acc / 4; ++i) {
+            const index_t j = j0 + 8 * i;
+            const float b0 = j < ez.n ? plain_bias<float>(ez.bias, ez.bias_format, j) : 0.0f;
+            const float b1 = j + 1 < ez.n ? plain_bias<float>(ez.bias, ez.bias_format, j + 1) : 0.0f;
+            acc[4 * i] = add_rn(mul_rn(al, acc[4 * i]), b0);
+            acc[4 * i + 1] = add_rn(mul_rn(al, acc[4 * i + 1]), b1);
+            acc[4 * i + 2] = add_rn(mul_rn(al, acc[4 * i + 2]), b0);
+            acc[4 * i + 3] = add_rn(mul_rn(al, acc[4 * i + 3]), b1);
+          }
+          ez.alpha = 1.0f;
+          ez.div0 = ez.div1 = nullptr;
+          ez.bias = nullptr;
+        }
         with_epilogue(ez, [&](auto store) {
 #pragma unroll
           for (int i = 0; i < T::acc / 4; ++i) {
