@@ -292,9 +292,11 @@ __device__ __forceinline__ W plain_bias(const void* bias, value_format f, index_
 
 /// C_ij = act(alpha v0 + bias_j) and C_i,j+1 = act(alpha v1 + bias_j+1) (j even) into fp32,
 /// fp16 or bf16 C, rounded to nearest: the common case, inlined, with what it reads held in
-/// registers. The bias (fp32, fp16 or bf16; null: none) is read a column at a time (plain_bias;
-/// the sm90 kernel adds it to its accumulators before its stores instead).
-template <class Out, class W>
+/// registers. Extras: the bias (fp32, fp16 or bf16; null: none, read a column at a time by
+/// plain_bias) and relu are applied here; without, C_ij = alpha v0 alone (a kernel that applied
+/// them to its accumulators itself, or an epilogue without them), and the unrolled stores stay
+/// as short as they can be.
+template <class Out, class W, bool Extras>
 struct plain_store {
   Out* c;
   index_t rs, cs, m, n;
@@ -306,8 +308,11 @@ struct plain_store {
 
   __device__ __forceinline__ W finish(index_t j, W v) const {
     v = mul_rn(alpha, v);
-    if (bias != nullptr) v = add_rn(v, plain_bias<W>(bias, bias_format, j));
-    return relu && v < W(0) ? W(0) : v;  // NaN passes through
+    if constexpr (Extras) {
+      if (bias != nullptr) v = add_rn(v, plain_bias<W>(bias, bias_format, j));
+      if (relu && v < W(0)) v = W(0);  // NaN passes through
+    }
+    return v;
   }
 
   __device__ __forceinline__ void operator()(index_t i, index_t j, W v0, W v1) const {
@@ -326,22 +331,37 @@ struct plain_store {
   }
 };
 
+/// The plain store of e's output format (fp32, fp16 or bf16), with or without its extras.
+template <bool Extras, class W, class Body>
+__device__ __forceinline__ void with_plain_store(const epilogue_desc<W>& e, Body& body) {
+  const bool relu = e.act == activation::relu;
+  if (e.out == value_format::bf16) {
+    body(plain_store<precis::bfloat16, W, Extras>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs,
+                                                  e.bias, e.bias_format, relu});
+  } else if (e.out == value_format::f16) {
+    body(plain_store<precis::half, W, Extras>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias,
+                                              e.bias_format, relu});
+  } else {
+    body(plain_store<float, W, Extras>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias, e.bias_format,
+                                       relu});
+  }
+}
+
 /// Runs body(store) with the store function for e's case: store(i, j, v0, v1) finishes C_ij
 /// and C_i,j+1 (j even). One branch per kernel, outside the loops over accumulators. Inline:
 /// the general case inlined too (for a kernel that finishes one pair a thread), else out of
-/// line.
-template <bool Inline = false, class W, class Body>
+/// line. Extras false: the caller has applied a plain epilogue's bias and relu to its values
+/// (and cleared them from e), so only the short plain stores are compiled in.
+template <bool Inline = false, bool Extras = true, class W, class Body>
 __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& body) {
-  const bool relu = e.act == activation::relu;
-  if (e.plain && e.out == value_format::bf16) {
-    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs,
-                                          e.bias, e.bias_format, relu});
-  } else if (e.plain && e.out == value_format::f16) {
-    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias,
-                                      e.bias_format, relu});
-  } else if (e.plain && e.out == value_format::f32) {
-    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias, e.bias_format,
-                               relu});
+  if (e.plain) {
+    if constexpr (Extras) {
+      if (e.bias != nullptr || e.act == activation::relu) {
+        with_plain_store<true>(e, body);
+        return;
+      }
+    }
+    with_plain_store<false>(e, body);
   } else {
     if constexpr (Inline)
       body([&](index_t i, index_t j, W v0, W v1) { finish_pair(e, i, j, v0, v1); });
