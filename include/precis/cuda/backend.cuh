@@ -39,7 +39,6 @@
 #include <utility>
 #include <vector>
 
-#include "precis/cuda/attention.cuh"
 #include "precis/cuda/conv.cuh"
 #include "precis/cuda/device.cuh"
 #include "precis/cuda/elementwise.cuh"
@@ -413,47 +412,6 @@ class cuda : public fresh_tracking<cuda> {
   template <class R, class G, class GX>
   void nll_backward(const TensorView<const G>& gy, const std::int64_t* labels, const TensorView<GX>& gx) const {
     precis::cuda::nll_backward<R>(stream_, precis::cuda::device_view(gy), labels, precis::cuda::device_view(gx));
-  }
-
-  /// Attention of small matrices fused: every (entry, head) matrix of a call in one launch,
-  /// forward and backward (precis::cuda::attention_forward / attention_backward), where the
-  /// formats allow and a backward's matrices fit in a block's shared memory; the op loops over
-  /// the matrices otherwise.
-  static constexpr bool fused_attention = true;
-  template <class L>
-  static precis::cuda::attention_dims attention_dims_of(const TensorView<const L>& q, const TensorView<const L>& k,
-                                                        const TensorView<const L>& v, index_t heads) {
-    const int r = q.rank();
-    precis::cuda::attention_dims n;
-    n.heads = heads;
-    n.tq = q.shape()[r - 2];
-    n.tk = k.shape()[r - 2];
-    n.d = q.shape()[r - 1] / heads;
-    n.dv = v.shape()[r - 1] / heads;
-    n.matrices = q.size() == 0 ? 0 : q.size() / (n.tq * q.shape()[r - 1]) * heads;
-    return n;
-  }
-  template <class Acc, class O, class G, class L>
-  bool attention_fits(const TensorView<const L>& q, const TensorView<const L>& k, const TensorView<const L>& v, index_t heads) const {
-    return precis::cuda::attention_fused_fits<Acc, L, O, G>(attention_dims_of(q, k, v, heads));
-  }
-  /// q, k, v dense (L); p [matrices, tq, tk] and y dense.
-  template <class L, class Acc, class O>
-  void attention_forward(const TensorView<const L>& q, const TensorView<const L>& k, const TensorView<const L>& v, index_t heads,
-                         Acc scale, bool causal, const TensorView<Acc>& p, const TensorView<O>& y) const {
-    precis::cuda::attention_forward<Acc>(stream_, attention_dims_of(q, k, v, heads), q.data(), k.data(), v.data(), scale, causal,
-                                         p.data(), y.data());
-  }
-  /// The gradients gq, gk, gv (Acc, dense; null: not wanted) added into, or written where
-  /// fresh (fresh_tracking).
-  template <class L, class Acc, class G>
-  void attention_backward(const TensorView<const L>& q, const TensorView<const L>& k, const TensorView<const L>& v, index_t heads,
-                          Acc scale, const TensorView<const Acc>& p, const TensorView<const G>& gy, const TensorView<Acc>& gq,
-                          const TensorView<Acc>& gk, const TensorView<Acc>& gv) const {
-    const bool fq = gq.data() != nullptr && take_fresh(gq), fk = gk.data() != nullptr && take_fresh(gk),
-               fv = gv.data() != nullptr && take_fresh(gv);
-    precis::cuda::attention_backward<Acc>(stream_, attention_dims_of(q, k, v, heads), q.data(), k.data(), v.data(), p.data(), gy.data(),
-                                          scale, gq.data(), gk.data(), gv.data(), fq, fk, fv);
   }
 
   /// Attention's probabilities and score gradients in place (a block per row).

@@ -108,14 +108,6 @@ struct attention : def<policy::safety::low_precision_safe> {
     const index_t batch = q.size() / std::max<index_t>(1, tq * q.shape()[r - 1]) * h;  // matrices: entries x heads
     const auto p = ctx.saving() ? ctx.template keep<Acc>(probabilities_shape(a, q.shape(), tk))
                                 : ctx.template temp<Acc>(probabilities_shape(a, q.shape(), tk));
-    const Acc scale = scale_of<T>(a, q.shape()[r - 1] / h);
-    if constexpr (Ctx::fused_attention) {  // every matrix in one launch, where they fit
-      if (ctx.template attention_fits<Acc, O, O>(sv.q, sv.k, sv.v, h)) {
-        ctx.attention_forward(sv.q, sv.k, sv.v, h, scale, a.causal, p, y);
-        sv.p = p.as_const();
-        return;
-      }
-    }
     // the probabilities rounded to L, and the second product in Acc, each through a workspace
     // only where L or the output's type is another than Acc
     constexpr bool round_p = !std::is_same_v<L, Acc>, round_y = !std::is_same_v<detail::remove_cv_t<O>, Acc>;
@@ -123,6 +115,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     // (with several heads, the workspace holds an entry's heads side by side, so that the
     // entry's rows are rounded into y in one dense pass once its last head is done)
     const auto acc = round_y ? ctx.template temp<Acc>(Shape{tq, h * dv}) : TensorView<Acc>();
+    const Acc scale = scale_of<T>(a, q.shape()[r - 1] / h);
     using detail::ad::head_matrix;
     for (index_t b = 0; b < (q.size() == 0 ? 0 : batch); ++b) {
       const auto s = detail::ad::matrix(p, b);
@@ -175,20 +168,6 @@ struct attention : def<policy::safety::low_precision_safe> {
       return ctx.template zeros<Acc>(s);
     };
     const auto aq = target(gq, sv.q.shape()), ak = target(gk, sv.k.shape()), av = target(gv, sv.v.shape());
-    const auto finish = [&](const auto& gxv, const TensorView<Acc>& w) {
-      if (gxv.data() != nullptr && static_cast<const void*>(gxv.data()) != static_cast<const void*>(w.data())) {
-        ctx.template add_into<Acc>("precis::attention", gxv, w.as_const());
-      }
-    };
-    if constexpr (Ctx::fused_attention) {  // every matrix in one launch, where they fit
-      if (ctx.template attention_fits<Acc, G, G>(sv.q, sv.k, sv.v, h)) {
-        ctx.attention_backward(sv.q, sv.k, sv.v, h, scale, sv.p, ctx.template as<G>(gy, false), aq, ak, av);
-        finish(gq, aq);
-        finish(gk, ak);
-        finish(gv, av);
-        return;
-      }
-    }
     constexpr bool round_p = !std::is_same_v<L, Acc>;
     const auto pl = round_p ? ctx.template temp<L>(Shape{tq, tk}) : TensorView<L>();
     const auto ds = ctx.template temp<Acc>(Shape{tq, tk});
@@ -209,6 +188,11 @@ struct attention : def<policy::safety::low_precision_safe> {
       if (gq.data()) ctx.gemm(head_matrix(aq, b, h), ds.as_const(), head_matrix(sv.k, b, h), true);
       if (gk.data()) ctx.gemm(head_matrix(ak, b, h), ds.as_const().transpose(), head_matrix(sv.q, b, h), true);
     }
+    const auto finish = [&](const auto& gxv, const TensorView<Acc>& w) {
+      if (gxv.data() != nullptr && static_cast<const void*>(gxv.data()) != static_cast<const void*>(w.data())) {
+        ctx.template add_into<Acc>("precis::attention", gxv, w.as_const());
+      }
+    };
     finish(gq, aq);
     finish(gk, ak);
     finish(gv, av);

@@ -625,9 +625,6 @@ class cpu : public fresh_tracking<cpu> {
     }
   }
 
-  /// Attention runs as a loop over its (entry, head) matrices here (a device backend may fuse it).
-  static constexpr bool fused_attention = false;
-
   /// Attention's scores s [tq, tk] (contiguous, Acc) made probabilities in place, row by row:
   /// scaled, shifted by the row's maximum, exponentiated and divided by their running sum in
   /// Acc; with `causal`, row i keeps keys j <= i and the rest are 0. In float the whole matrix

@@ -280,23 +280,11 @@ __device__ __noinline__ void finish_pair_any(const epilogue_desc<W>& e, index_t 
   finish_pair(e, i, j, v0, v1);
 }
 
-/// Element j of a plain epilogue's bias (fp32, fp16 or bf16), through the read-only path
-/// (ld.global.nc, which the compiler may move ahead of stores into C).
-template <class W>
-__device__ __forceinline__ W plain_bias(const void* bias, value_format f, index_t j) {
-  const auto* b16 = static_cast<const unsigned short*>(bias);
-  if (f == value_format::bf16) return static_cast<W>(__bfloat162float(__ushort_as_bfloat16(__ldg(b16 + j))));
-  if (f == value_format::f16) return static_cast<W>(__half2float(__ushort_as_half(__ldg(b16 + j))));
-  return static_cast<W>(__ldg(static_cast<const float*>(bias) + j));
-}
-
 /// C_ij = act(alpha v0 + bias_j) and C_i,j+1 = act(alpha v1 + bias_j+1) (j even) into fp32,
 /// fp16 or bf16 C, rounded to nearest: the common case, inlined, with what it reads held in
-/// registers. Extras: the bias (fp32, fp16 or bf16; null: none, read a column at a time by
-/// plain_bias) and relu are applied here; without, C_ij = alpha v0 alone (a kernel that applied
-/// them to its accumulators itself, or an epilogue without them), and the unrolled stores stay
-/// as short as they can be.
-template <class Out, class W, bool Extras>
+/// registers. The bias (fp32, fp16 or bf16; null: none) is read through the caches, a column at
+/// a time.
+template <class Out, class W>
 struct plain_store {
   Out* c;
   index_t rs, cs, m, n;
@@ -308,11 +296,12 @@ struct plain_store {
 
   __device__ __forceinline__ W finish(index_t j, W v) const {
     v = mul_rn(alpha, v);
-    if constexpr (Extras) {
-      if (bias != nullptr) v = add_rn(v, plain_bias<W>(bias, bias_format, j));
-      if (relu && v < W(0)) v = W(0);  // NaN passes through
+    if (bias != nullptr) {
+      if (bias_format == value_format::bf16) v = add_rn(v, decode<W>(static_cast<const precis::bfloat16*>(bias) + j));
+      else if (bias_format == value_format::f16) v = add_rn(v, decode<W>(static_cast<const precis::half*>(bias) + j));
+      else v = add_rn(v, static_cast<W>(static_cast<const float*>(bias)[j]));
     }
-    return v;
+    return relu && v < W(0) ? W(0) : v;  // NaN passes through
   }
 
   __device__ __forceinline__ void operator()(index_t i, index_t j, W v0, W v1) const {
@@ -331,37 +320,22 @@ struct plain_store {
   }
 };
 
-/// The plain store of e's output format (fp32, fp16 or bf16), with or without its extras.
-template <bool Extras, class W, class Body>
-__device__ __forceinline__ void with_plain_store(const epilogue_desc<W>& e, Body& body) {
-  const bool relu = e.act == activation::relu;
-  if (e.out == value_format::bf16) {
-    body(plain_store<precis::bfloat16, W, Extras>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs,
-                                                  e.bias, e.bias_format, relu});
-  } else if (e.out == value_format::f16) {
-    body(plain_store<precis::half, W, Extras>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias,
-                                              e.bias_format, relu});
-  } else {
-    body(plain_store<float, W, Extras>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias, e.bias_format,
-                                       relu});
-  }
-}
-
 /// Runs body(store) with the store function for e's case: store(i, j, v0, v1) finishes C_ij
 /// and C_i,j+1 (j even). One branch per kernel, outside the loops over accumulators. Inline:
 /// the general case inlined too (for a kernel that finishes one pair a thread), else out of
-/// line. Extras false: the caller has applied a plain epilogue's bias and relu to its values
-/// (and cleared them from e), so only the short plain stores are compiled in.
-template <bool Inline = false, bool Extras = true, class W, class Body>
+/// line.
+template <bool Inline = false, class W, class Body>
 __device__ __forceinline__ void with_epilogue(const epilogue_desc<W>& e, Body&& body) {
-  if (e.plain) {
-    if constexpr (Extras) {
-      if (e.bias != nullptr || e.act == activation::relu) {
-        with_plain_store<true>(e, body);
-        return;
-      }
-    }
-    with_plain_store<false>(e, body);
+  const bool relu = e.act == activation::relu;
+  if (e.plain && e.out == value_format::bf16) {
+    body(plain_store<precis::bfloat16, W>{static_cast<precis::bfloat16*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs,
+                                          e.bias, e.bias_format, relu});
+  } else if (e.plain && e.out == value_format::f16) {
+    body(plain_store<precis::half, W>{static_cast<precis::half*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias,
+                                      e.bias_format, relu});
+  } else if (e.plain && e.out == value_format::f32) {
+    body(plain_store<float, W>{static_cast<float*>(e.c), e.rs, e.cs, e.m, e.n, e.scaled_alpha(), e.pairs, e.bias, e.bias_format,
+                               relu});
   } else {
     if constexpr (Inline)
       body([&](index_t i, index_t j, W v0, W v1) { finish_pair(e, i, j, v0, v1); });

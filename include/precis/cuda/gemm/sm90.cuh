@@ -66,53 +66,6 @@ __device__ __forceinline__ void sm90_tile_of(int t, int rows, int cols, int& tm,
   tn = r / in_group;
 }
 
-/// A plain epilogue's alpha, bias (Fmt 1: bf16, 2: fp16, 3: fp32) and relu applied to
-/// a consumer's accumulator fragment (register 4i + {0, 1} at columns j0 + 8i + {0, 1}, 4i +
-/// {2, 3} the same columns eight rows below), as plain_store's finish would apply them.
-template <int Fmt>
-__device__ __forceinline__ float bias_at_bits(unsigned short b) {
-  if constexpr (Fmt == 1) return __bfloat162float(__ushort_as_bfloat16(b));
-  else return __half2float(__ushort_as_half(b));
-}
-
-template <int Fmt, int N>
-__device__ __forceinline__ void sm90_plain_extras(float (&acc)[N], index_t j0, const epilogue_desc<float>& e) {
-  const float al = e.scaled_alpha();
-  const bool relu = e.act == activation::relu;
-  [[maybe_unused]] const auto* b16 = static_cast<const unsigned short*>(e.bias);
-  [[maybe_unused]] const auto* b32 = static_cast<const float*>(e.bias);
-  const auto bias_at = [&](index_t j) {
-    if constexpr (Fmt == 1) return __bfloat162float(__ushort_as_bfloat16(__ldg(b16 + j)));
-    else if constexpr (Fmt == 2) return __half2float(__ushort_as_half(__ldg(b16 + j)));
-    else return __ldg(b32 + j);
-  };
-  // j is even: both columns in one load where the bias is aligned for it (as a tensor's is)
-  const bool paired = reinterpret_cast<std::uintptr_t>(e.bias) % (Fmt == 3 ? 8 : 4) == 0;
-#pragma unroll
-  for (int i = 0; i < N / 4; ++i) {
-    const index_t j = j0 + 8 * i;
-    float b0 = 0.0f, b1 = 0.0f;
-    if (paired && j + 1 < e.n) {
-      if constexpr (Fmt == 3) {
-        const float2 p = __ldg(reinterpret_cast<const float2*>(b32 + j));
-        b0 = p.x, b1 = p.y;
-      } else {
-        const unsigned int w = __ldg(reinterpret_cast<const unsigned int*>(b16 + j));
-        b0 = bias_at_bits<Fmt>(static_cast<unsigned short>(w & 0xffffu));
-        b1 = bias_at_bits<Fmt>(static_cast<unsigned short>(w >> 16));
-      }
-    } else {
-      if (j < e.n) b0 = bias_at(j);
-      if (j + 1 < e.n) b1 = bias_at(j + 1);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float v = add_rn(mul_rn(al, acc[4 * i + r]), r % 2 == 0 ? b0 : b1);
-      acc[4 * i + r] = relu && v < 0.0f ? 0.0f : v;  // NaN passes through
-    }
-  }
-}
-
 /// C (through ep) = A B, A described by tma_a as (k, m) with boxes of (bk, 128 / ClusterN) and
 /// B (given as its transpose, n rows of k) by tma_b with boxes of (bk, min(128, bn /
 /// ClusterM)). Grid: a multiple of ClusterM * ClusterN blocks of 384 threads, at most as many
@@ -298,18 +251,6 @@ __global__ void __launch_bounds__(384, 1)
         const index_t j0 = static_cast<index_t>(tile_n) * T::bn + 2 * (lane % 4);
         epilogue_desc<float> ez = ep;
         ez.c = static_cast<char*>(ep.c) + z * c_slice_bytes;
-        if (ez.plain && ez.bias != nullptr) {
-          // alpha, the bias and relu applied to the accumulators first, as the plain store would
-          // (the same roundings), so that the bias loads go out together rather than each behind
-          // the last store into C, and the stores below stay the short ones
-          if (ez.bias_format == value_format::bf16) sm90_plain_extras<1>(acc, j0, ez);
-          else if (ez.bias_format == value_format::f16) sm90_plain_extras<2>(acc, j0, ez);
-          else sm90_plain_extras<3>(acc, j0, ez);
-          ez.alpha = 1.0f;
-          ez.div0 = ez.div1 = nullptr;
-          ez.bias = nullptr;
-          ez.act = activation::none;
-        }
         with_epilogue(ez, [&](auto store) {
 #pragma unroll
           for (int i = 0; i < T::acc / 4; ++i) {
