@@ -5,7 +5,7 @@
 # precis's build dependencies or the time to build, runs them from a checkout of the same commit
 # with that folder in it:
 #
-#   here:  tools/gpu_bundle.sh [--arch LIST] [--data] [--out DIR]
+#   here:  tools/gpu_bundle.sh [--arch LIST] [--data] [--gpu-only] [--out DIR]
 #   there: bash DIR/run.sh [ctest arguments]        (default: -L gpu --output-on-failure)
 #
 # DIR (default .gpu-bundle, which git ignores) holds run.sh, COMMIT (the commit it was built
@@ -17,7 +17,10 @@
 # not cuBLASLt, which run.sh finds in that machine's CUDA installation). --data adds the
 # Fashion-MNIST files (30 MB) as data/fashion-mnist, for the demo. bench_gemm has oneDNN as its
 # baseline where libdnnl-dev is installed here (its library travels then: 6 MB packed), but not
-# OpenBLAS, which no step on that machine runs (PRECIS_BENCH_OPENBLAS=OFF). The
+# OpenBLAS, which no step on that machine runs (PRECIS_BENCH_OPENBLAS=OFF). --gpu-only leaves
+# out the CPU programs (optim_tests, bench_gemm and oneDNN's library: tools/gpu_session.sh's
+# adamw and cpu_gemm steps), for when what travels must be smaller: a call carries at most
+# 64 MiB, the checkout's files included, and the end of the run says how close it comes. The
 # build is Release with MPI disabled (build/gpu-bundle), for the architectures in --arch
 # (default 90a; docs/cuda.md).
 set -euo pipefail
@@ -26,14 +29,16 @@ cd "$root"
 arch=90a
 out=.gpu-bundle
 data=0
+gpu_only=0
 jobs=${JOBS:-2}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) arch=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --data) data=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
-    *) echo "gpu_bundle.sh: unknown argument '$1' (expected --arch LIST, --out DIR or --data)" >&2; exit 2 ;;
+    --gpu-only) gpu_only=1; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "gpu_bundle.sh: unknown argument '$1' (expected --arch LIST, --out DIR, --data or --gpu-only)" >&2; exit 2 ;;
   esac
 done
 case "$out" in
@@ -44,8 +49,8 @@ command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "gpu_b
 # the programs: every `gpu` test's, the CUDA benchmarks, the demo; optim_tests and bench_gemm
 # for the CPU beside the GPU (its own instruction sets: the kernels are chosen at run time)
 targets=(format_cuda_test device_test gemm_test optim_test elementwise_test backend_test
-         bench_cuda_gemm bench_cuda_optim bench_cuda_train train_fashion_mnist cuda_gemm
-         optim_tests bench_gemm)
+         bench_cuda_gemm bench_cuda_optim bench_cuda_train train_fashion_mnist cuda_gemm)
+[[ $gpu_only -eq 1 ]] || targets+=(optim_tests bench_gemm)
 
 build=build/gpu-bundle
 # (-U: oneDNN is looked for again each time, not taken from an earlier configure's cache)
@@ -94,8 +99,13 @@ echo "$out" >"$out/PLACE"
 cp tools/gpu_bundle_run.sh "$out/run.sh"
 # one archive: the programs shrink about fourfold (what travels to a machine may be limited)
 tar -C "$O" -cf - . | xz -T "$jobs" -6 >"$out/payload.tar.xz"
-if ldd "$O/tree/bench/perf/bench_gemm" | grep -q libdnnl; then echo "gpu_bundle.sh: bench_gemm with oneDNN's baseline"
+if [[ $gpu_only -eq 1 ]]; then echo "gpu_bundle.sh: the GPU programs only (no optim_tests, no bench_gemm)"
+elif ldd "$O/tree/bench/perf/bench_gemm" | grep -q libdnnl; then echo "gpu_bundle.sh: bench_gemm with oneDNN's baseline"
 else echo "gpu_bundle.sh: bench_gemm without oneDNN's baseline (install libdnnl-dev here for it)"; fi
 echo "gpu_bundle.sh: $(du -sh "$O" | cut -f1) of programs and files, $(du -sh "$out/payload.tar.xz" | cut -f1) packed, in $out" \
   "($(head -n 1 "$out/COMMIT"), CUDA architectures $arch)"
 rm -rf "$O"
+# what a call would carry: this folder and the checkout's tracked files
+travel=$(( $(du -cb "$out"/* | tail -n 1 | cut -f1) + $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1) ))
+echo "gpu_bundle.sh: with the checkout's files, $(( travel / 1048576 )) MiB would travel (a call carries at most 64)"
+if (( travel > 64 * 1048576 )); then echo "gpu_bundle.sh: too much for one call: try --gpu-only" >&2; fi
