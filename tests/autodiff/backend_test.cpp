@@ -150,6 +150,12 @@ class fenced_cpu : public op::cpu {
     fence::open o;
     op::cpu::gemm<Acc>(c, a, b, add, alpha);
   }
+  template <class Acc, class O, class SA, class CA, class SB, class CB, class B>
+  void gemm_bias(const TensorView<O>& y, const TensorView<SA, CA>& a, const TensorView<SB, CB>& b, const TensorView<const B>& bias,
+                 const fp8::gemm_alpha& alpha = 1.0) const {
+    fence::open o;
+    op::cpu::gemm_bias<Acc>(y, a, b, bias, alpha);
+  }
   template <class A, class Y, class F, class... X>
   void map_into(const char* op, const Y& y, F f, const X&... x) const {
     fence::open o;
