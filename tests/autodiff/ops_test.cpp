@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bound.hpp"
 #include "uniform_tensor.hpp"
 
 #if defined(_OPENMP)
@@ -417,6 +418,67 @@ void expect_heads_in_place_are_split_heads() {
 TEST(OpLayerReference, AttentionHeadsInPlaceAreSplitHeads32True) { expect_heads_in_place_are_split_heads<pol::named<"32-true">>(); }
 TEST(OpLayerReference, AttentionHeadsInPlaceAreSplitHeadsBf16Mixed) {
   expect_heads_in_place_are_split_heads<pol::named<"bf16-mixed">>();
+}
+
+/// attention under P on the tape (q, k and v parameters, the loss sum(y * c)) against its
+/// definition in long double, within the bound derived in attention_bound.hpp: y and the
+/// gradients of q, k and v, with and without the causal mask. The large case has more keys than
+/// a warp's lanes and more queries than a block's warps (the device's fused kernel walks both),
+/// and fewer queries than keys.
+template <class P>
+void expect_attention_within_bound(precis_test::attention_case n, unsigned seed) {
+  using S = typename P::param_type;
+  using G = typename P::grad_type;
+  using X = typename P::activation_type;
+  using Acc = typename P::high_type;
+  const Shape qs{n.b, n.tq, n.h * n.d}, ks{n.b, n.tk, n.h * n.d}, vs{n.b, n.tk, n.h * n.dv},
+      ys{n.b, n.tq, n.h * n.dv};
+  auto q = astype<S>(uniform(qs, -1, 1, seed)), k = astype<S>(uniform(ks, -1, 1, seed + 1)),
+       v = astype<S>(uniform(vs, -1, 1, seed + 2));
+  const auto c = astype<S>(uniform(ys, -1, 1, seed + 3));
+  const auto doubles = [](const auto& x) {
+    std::vector<double> out(static_cast<std::size_t>(x.size()));
+    for (index_t i = 0; i < x.size(); ++i)
+      out[static_cast<std::size_t>(i)] = detail::load<double>(x.data()[i]);
+    return out;
+  };
+  const precis_test::attention_units un{
+      unit_roundoff<S>(),
+      unit_roundoff<Acc>(),
+      unit_roundoff<X>(),
+      unit_roundoff<G>(),
+      static_cast<double>(format_traits<Acc>::min_subnormal()) / 2,
+      static_cast<double>(format_traits<S>::min_subnormal()) / 2};
+  for (const bool causal : {false, true}) {
+    n.causal = causal;
+    Tensor<G> gq(qs), gk(ks), gv(vs);
+    Tape<P> t;
+    const auto y = attention(t.param(q.view(), gq.view()), t.param(k.view(), gk.view()),
+                             t.param(v.view(), gv.view()), {causal, 0, n.h});
+    t.backward(sum(mul(y, t.input(c))));
+    double worst = 0;
+    const auto failure = precis_test::check_attention_bound(
+        n, {doubles(q), doubles(k), doubles(v), doubles(c)},
+        {doubles(y.value()), doubles(gq), doubles(gk), doubles(gv)}, un, &worst);
+    EXPECT_EQ(failure, "") << P::name() << (causal ? ", causal" : "");
+    ::testing::Test::RecordProperty(
+        std::string(P::name()) + (causal ? "_causal" : "") + "_worst_error_over_bound",
+        std::to_string(worst));
+  }
+}
+
+constexpr precis_test::attention_case attention_large{
+    .b = 2, .tq = 37, .tk = 45, .h = 4, .d = 8, .dv = 6};
+constexpr precis_test::attention_case attention_small{
+    .b = 2, .tq = 9, .tk = 12, .h = 2, .d = 4, .dv = 3};
+
+TEST(OpLayerReference, AttentionWithinItsBound) {
+  expect_attention_within_bound<pol::named<"64-true">>(attention_large, 320);
+  expect_attention_within_bound<pol::named<"32-true">>(attention_large, 320);
+  expect_attention_within_bound<pol::named<"bf16-mixed">>(attention_large, 320);
+  expect_attention_within_bound<pol::named<"16-mixed">>(attention_large, 320);
+  expect_attention_within_bound<pol::named<"16-true">>(attention_large, 320);
+  expect_attention_within_bound<pol::named<"bf16-true">>(attention_small, 330);
 }
 
 // ---- one list of ops -------------------------------------------------------------------------
