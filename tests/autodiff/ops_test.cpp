@@ -442,13 +442,12 @@ void expect_attention_within_bound(precis_test::attention_case n, unsigned seed)
       out[static_cast<std::size_t>(i)] = detail::load<double>(x.data()[i]);
     return out;
   };
-  const precis_test::attention_units un{
-      unit_roundoff<S>(),
-      unit_roundoff<Acc>(),
-      unit_roundoff<X>(),
-      unit_roundoff<G>(),
-      static_cast<double>(format_traits<Acc>::min_subnormal()) / 2,
-      static_cast<double>(format_traits<S>::min_subnormal()) / 2};
+  const precis_test::attention_units un{unit_roundoff<S>(),
+                                        unit_roundoff<Acc>(),
+                                        unit_roundoff<X>(),
+                                        unit_roundoff<G>(),
+                                        static_cast<double>(format_traits<Acc>::min_subnormal()),
+                                        static_cast<double>(format_traits<S>::min_subnormal())};
   for (const bool causal : {false, true}) {
     n.causal = causal;
     Tensor<G> gq(qs), gk(ks), gv(vs);
