@@ -240,8 +240,8 @@ std::vector<std::uint16_t> bf16_patterns(std::size_t n) {
 }  // namespace
 
 TEST(ElementwiseMisc, ShortBf16RunsWidenAsTheVectorKernels) {
-  // load_run widens short dense bf16 runs inline; longer ones through convert_dispatch. Both
-  // must give the same bits, the quieted NaN payloads included.
+  // load_run widens short dense bf16 runs in one AVX2 call (or inline without AVX2); longer
+  // ones through convert_dispatch. All must give the same bits, the quieted NaN payloads included.
   for (index_t n : {index_t{1}, index_t{7}, index_t{16}, index_t{33}, detail::inline_widen_max, detail::inline_widen_max + 1,
                     index_t{300}}) {
     const auto bits = bf16_patterns(static_cast<std::size_t>(n));
@@ -250,9 +250,52 @@ TEST(ElementwiseMisc, ShortBf16RunsWidenAsTheVectorKernels) {
     std::vector<float> got(x.size()), want(x.size());
     const float* v = detail::load_run<float>(x.data(), n, 1, got.data());
     detail::convert_dispatch(x.data(), want.data(), x.size(), rounding::nearest_even, overflow::infinity);
+    std::vector<float> plain(x.size());  // the loop a machine without AVX2 takes
+    detail::widen_bf16_inline(x.data(), n, plain.data());
     for (index_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(v + i, want.data() + i, 4), 0) << "n = " << n << ", element " << i << ", bf16 bits 0x" << std::hex
                                                            << bits[static_cast<std::size_t>(i)];
+      ASSERT_EQ(std::memcmp(plain.data() + i, want.data() + i, 4), 0)
+          << "widen_bf16_inline, n = " << n << ", element " << i;
+    }
+  }
+}
+
+/// The float bits of fp16 pattern h, decoded from its fields alone (exact: every fp16 value is
+/// a float): sign, then zero, a subnormal m 2^-24, a normal (1024 + m) 2^(e - 25), infinity, or
+/// a NaN with its payload kept and made quiet, as every conversion in precis does.
+std::uint32_t half_bits_to_float_bits(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16, e = (h >> 10) & 0x1fu,
+                      m = h & 0x3ffu;
+  if (e == 0x1f) return sign | 0x7f800000u | (m != 0 ? 0x00400000u | (m << 13) : 0u);
+  const double mag = e == 0 ? std::ldexp(static_cast<double>(m), -24)
+                            : std::ldexp(static_cast<double>(1024 + m), static_cast<int>(e) - 25);
+  const auto f = static_cast<float>(mag);  // exact
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return sign | u;
+}
+
+TEST(ElementwiseMisc, ShortHalfRunsWidenExactly) {
+  // load_run widens short dense fp16 runs in one F16C call (AVX2 machines) and longer ones
+  // through convert_dispatch: every one of the 65536 patterns, in runs of each length class,
+  // against the decode from the fields
+  std::vector<half> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = Eigen::numext::bit_cast<half>(static_cast<std::uint16_t>(i));
+  for (index_t n : {index_t{1}, index_t{7}, index_t{16}, index_t{33}, detail::inline_widen_max,
+                    detail::inline_widen_max + 1, index_t{300}}) {
+    std::vector<float> buf(static_cast<std::size_t>(n));
+    for (std::size_t first = 0; first < all.size(); first += static_cast<std::size_t>(n)) {
+      const index_t len = std::min<index_t>(n, static_cast<index_t>(all.size() - first));
+      const float* v = detail::load_run<float>(all.data() + first, len, 1, buf.data());
+      for (index_t i = 0; i < len; ++i) {
+        std::uint32_t got;
+        std::memcpy(&got, v + i, 4);
+        const auto h = static_cast<std::uint16_t>(first + static_cast<std::size_t>(i));
+        ASSERT_EQ(got, half_bits_to_float_bits(h))
+            << "n = " << n << ", fp16 bits 0x" << std::hex << h;
+      }
     }
   }
 }

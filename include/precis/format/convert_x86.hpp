@@ -12,6 +12,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -96,11 +97,23 @@ inline int cpu_isa_level() {
   return level;
 }
 
+/// min(isa_cap(), cpu_isa_level()): the CPUID and environment reads, out of line so that the
+/// check below stays small enough to inline.
+[[gnu::noinline]] inline int isa_level_first_use() { return std::min(isa_cap(), cpu_isa_level()); }
+
+/// The level the kernels may use, min(isa_cap(), cpu_isa_level()), read once: inlined into its
+/// callers, a load and a compare (the conversions of short runs, an attention head's rows of 16
+/// values, ask for every run; as calls, two of them cost about as much as converting 16 values).
+inline int isa_level_in_use() {
+  static const int level = isa_level_first_use();
+  return level;
+}
+
 /// AVX2 and F16C usable, and the PRECIS_ISA cap at avx2 or above.
-inline bool cpu_has_avx2_f16c() { return isa_cap() >= 1 && cpu_isa_level() >= 1; }
+inline bool cpu_has_avx2_f16c() { return isa_level_in_use() >= 1; }
 
 /// AVX-512F usable (with AVX2, F16C and FMA), and PRECIS_ISA does not cap it.
-inline bool cpu_has_avx512f() { return isa_cap() >= 2 && cpu_isa_level() >= 2; }
+inline bool cpu_has_avx512f() { return isa_level_in_use() >= 2; }
 
 /// Whether the CPU has AVX512-BF16, whatever PRECIS_ISA says: AVX-512F usable at the machine's
 /// level (cpu_isa_level), AVX512BW and AVX512VL (CPUID.(EAX=7, ECX=0):EBX bits 30 and 31; every
@@ -136,7 +149,13 @@ inline bool cpu_avx512_fp16_present() {
 
 /// AVX512-BF16 usable: present (cpu_avx512_bf16_present) and PRECIS_ISA not capping the
 /// process at avx512 or below.
-inline bool cpu_has_avx512_bf16() { return isa_cap() >= 3 && cpu_avx512_bf16_present(); }
+[[gnu::noinline]] inline bool avx512_bf16_first_use() {
+  return isa_cap() >= 3 && cpu_avx512_bf16_present();
+}
+inline bool cpu_has_avx512_bf16() {
+  static const bool ok = avx512_bf16_first_use();  // read once, as isa_level_in_use
+  return ok;
+}
 
 /// Which float -> layout conversions the AVX2 kernel handles: float sources with at least one
 /// bit dropped and an exponent range inside float's.

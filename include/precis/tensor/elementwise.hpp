@@ -97,13 +97,15 @@ using promote_t = std::conditional_t<
 
 inline constexpr index_t chunk = 256;
 
-/// Dense bf16 runs at most this long widen inline (a shift, and a NaN quieted, as the vector
-/// kernels do): convert_dispatch's checks and call cost more than such a run's conversion (the
-/// rows of an attention head, 16 values).
+/// Dense fp16 and bf16 runs at most this long widen in one AVX2 call (widen_short_avx2), or
+/// bf16 ones inline where AVX2 is not used (a shift, and a NaN quieted, as the vector kernels
+/// do): convert_dispatch's checks and call cost more than such a run's conversion (the rows of an
+/// attention head, 16 values).
 inline constexpr index_t inline_widen_max = 64;
 
-/// bf16 -> float for a dense run, in a loop the compiler vectorizes at any instruction-set level:
-/// the same bits as convert_dispatch (each value's 16 bits shifted up, a NaN made quiet).
+/// bf16 -> float for a dense run where AVX2 is not used, in a loop the compiler vectorizes at any
+/// instruction-set level: the same bits as convert_dispatch (each value's 16 bits shifted up, a
+/// NaN made quiet).
 inline void widen_bf16_inline(const bfloat16* p, index_t n, float* dst) {
   const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
   for (index_t i = 0; i < n; ++i) {
@@ -113,6 +115,41 @@ inline void widen_bf16_inline(const bfloat16* p, index_t n, float* dst) {
   }
 }
 
+#if PRECIS_X86_SIMD
+/// fp16 or bf16 -> float for a dense run of at most inline_widen_max values in one AVX2 call,
+/// without convert_dispatch's checks and calls: decode_to_float_avx2's arithmetic (F16C's
+/// vcvtph2ps for fp16, a shift for bf16; NaNs quieted), 8 values at a time and the last ones
+/// one by one. An attention head's rows of 16 fp16 values took 12-19 ns through convert_dispatch
+/// on a Zen 3 core and 5-8 ns here (docs/benchmarks.md).
+template <class S>
+PRECIS_TARGET_AVX2 void widen_short_avx2(const S* p, index_t n, float* dst) {
+  static_assert(std::is_same_v<S, half> || std::is_same_v<S, bfloat16>);
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + i));
+    __m256i f;
+    if constexpr (std::is_same_v<S, half>) {
+      f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    } else {
+      f = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), quiet_nans(f));
+  }
+  for (; i < n; ++i) {
+    std::uint32_t u;
+    if constexpr (std::is_same_v<S, half>) {
+      const float f = _cvtsh_ss(bits[i]);
+      std::memcpy(&u, &f, 4);
+    } else {
+      u = std::uint32_t{bits[i]} << 16;
+    }
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+#endif
+
 /// Loads `n` elements (stride `st`) as Compute into buf, or returns them in place when they
 /// already are a dense run of Compute.
 template <class C, class S>
@@ -120,10 +157,19 @@ const C* load_run(const S* p, index_t n, index_t st, C* buf) {
   if constexpr (std::is_same_v<S, C>) {
     if (st == 1) return p;
   }
-  if constexpr (std::is_same_v<S, bfloat16> && std::is_same_v<C, float>) {
+  constexpr bool widens_16_bits = (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>);
+  if constexpr (widens_16_bits && std::is_same_v<C, float>) {
     if (st == 1 && n <= inline_widen_max) {
-      widen_bf16_inline(p, n, buf);
-      return buf;
+#if PRECIS_X86_SIMD
+      if (cpu_has_avx2_f16c()) {
+        widen_short_avx2(p, n, buf);
+        return buf;
+      }
+#endif
+      if constexpr (std::is_same_v<S, bfloat16>) {
+        widen_bf16_inline(p, n, buf);
+        return buf;
+      }
     }
   }
   if (st == 0) {

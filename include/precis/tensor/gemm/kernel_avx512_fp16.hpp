@@ -59,7 +59,13 @@ namespace precis::detail {
 
 /// AVX512-FP16 usable: present (cpu_avx512_fp16_present) and PRECIS_ISA not capping the
 /// process at avx512 or below.
-inline bool cpu_has_avx512_fp16() { return isa_cap() >= 3 && cpu_avx512_fp16_present(); }
+[[gnu::noinline]] inline bool avx512_fp16_first_use() {
+  return isa_cap() >= 3 && cpu_avx512_fp16_present();
+}
+inline bool cpu_has_avx512_fp16() {
+  static const bool ok = avx512_fp16_first_use();  // read once, as isa_level_in_use
+  return ok;
+}
 
 inline constexpr __mmask32 fp16_all_lanes = 0xFFFFFFFFu;
 
