@@ -104,7 +104,7 @@ inline int cpu_isa_level() {
 /// The level the kernels may use, min(isa_cap(), cpu_isa_level()), read once: inlined into its
 /// callers, a load and a compare (the conversions of short runs, an attention head's rows of 16
 /// values, ask for every run; as calls, two of them cost about as much as converting 16 values).
-inline int isa_level_in_use() {
+[[gnu::always_inline]] inline int isa_level_in_use() {
   static const int level = isa_level_first_use();
   return level;
 }
