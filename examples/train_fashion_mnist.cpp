@@ -322,6 +322,7 @@ settings parse(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string p; std::getline(ss, p, ',');) {
         if (std::find(all_policies.begin(), all_policies.end(), p) == all_policies.end()) usage("unknown policy \"" + p + "\"");
+        if (std::find(st.policies.begin(), st.policies.end(), p) != st.policies.end()) usage("--policies names \"" + p + "\" twice");
         st.policies.push_back(p);
       }
       if (st.policies.empty()) usage("--policies is empty");
@@ -330,6 +331,7 @@ settings parse(int argc, char** argv) {
       std::stringstream ss(v);
       for (std::string m; std::getline(ss, m, ',');) {
         if (std::find(all_models.begin(), all_models.end(), m) == all_models.end()) usage("unknown model \"" + m + "\"");
+        if (std::find(st.models.begin(), st.models.end(), m) != st.models.end()) usage("--models names \"" + m + "\" twice");
         st.models.push_back(m);
       }
       if (st.models.empty()) usage("--models is empty");
@@ -504,10 +506,11 @@ int main(int argc, char** argv) {
         std::printf("  %s: %s; %s, lr %g; %s\n", m.c_str(), mi.description, mi.optimizer, mi.lr, describe(plan_for(m, st)).c_str());
       }
       if (st.cuda) {
-        std::printf("%zu runs, one at a time on the GPU (%s); memory is GPU memory\n\n", plan_jobs.size(), gpu.c_str());
+        std::printf("%zu run%s, one at a time on the GPU (%s); memory is GPU memory\n\n", plan_jobs.size(),
+                    plan_jobs.size() == 1 ? "" : "s", gpu.c_str());
       } else {
-        std::printf("%zu runs, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(), jobs,
-                    threads_each, threads_each == 1 ? "" : "s");
+        std::printf("%zu run%s, %d at a time on %d thread%s each (the s / epoch column is timed so)\n\n", plan_jobs.size(),
+                    plan_jobs.size() == 1 ? "" : "s", jobs, threads_each, threads_each == 1 ? "" : "s");
       }
       std::fflush(stdout);
     }
