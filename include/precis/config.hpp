@@ -7,8 +7,9 @@
 
 // x86-64 SIMD kernels are compiled with per-function target attributes and chosen at run
 // time, so a consumer that builds without -march flags still gets them. They need GCC or
-// Clang (target attributes); other compilers use the portable paths, which give
-// bit-identical results.
+// Clang (target attributes); other compilers, other architectures and PRECIS_NO_SIMD use the
+// portable paths: the same bits from the conversions, and from the GEMM sums in other K blocks
+// (docs/tensors.md).
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(PRECIS_NO_SIMD)
 #define PRECIS_X86_SIMD 1

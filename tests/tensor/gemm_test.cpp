@@ -634,6 +634,84 @@ TEST(GemmKernels, Fp32AndFp64AreTheBlockedFmaChainsBitForBit) {
 
 namespace {
 
+/// What the portable fp32 / fp64 tiles compute (the scalar one for other compilers, the
+/// vector-extension one for GCC and Clang), written out: K cut into ceil(K / 128) equal blocks;
+/// within a block each C entry is ab = ab + a_ik b_kj from zero in k order, a multiply and an
+/// add; each block goes into C as alpha * ab on the first block when beta == 0, else alpha * ab
+/// + beta_k * c (beta_k = beta on the first block, 1 after).
+template <class T, class VA, class VB>
+Tensor<T> mul_add_chain_gemm_model(T alpha, const VA& a, const VB& b, T beta, const Tensor<T>& c0) {
+  const index_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const index_t blocks = (k + 127) / 128, kc = (k + blocks - 1) / blocks;
+  Tensor<T> c = c0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      for (index_t p0 = 0; p0 < k; p0 += kc) {
+        T ab = 0;
+        for (index_t p = p0; p < std::min(k, p0 + kc); ++p) {
+          const T prod = static_cast<T>(a(i, p)) * static_cast<T>(b(p, j));
+          ab = ab + prod;
+        }
+        const T beta_k = p0 == 0 ? beta : T(1);
+        const T t = alpha * ab;
+        c(i, j) = beta_k == T(0) ? t : t + beta_k * c(i, j);
+      }
+  return c;
+}
+
+template <class T, class S = T>
+void expect_mul_add_chain_model(index_t m, index_t k, index_t n, bool ta, bool tb, T alpha, T beta, int threads) {
+  const auto a_store = random_tensor<S>(ta ? Shape{k, m} : Shape{m, k}, -1, 1, static_cast<std::uint64_t>(m * 13 + k));
+  const auto b_store = random_tensor<S>(tb ? Shape{n, k} : Shape{k, n}, -1, 1, static_cast<std::uint64_t>(n * 17 + k));
+  const auto a = ta ? a_store.transpose() : a_store.view();
+  const auto b = tb ? b_store.transpose() : b_store.view();
+  const auto c0 = random_tensor<T>({m, n}, -1, 1, 31);
+  auto c = c0;
+  gemm<T>(alpha, a, b, beta, c, threads);
+  const auto want = mul_add_chain_gemm_model(alpha, a, b, beta, c0);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j)
+      ASSERT_TRUE(same_bits(c(i, j), want(i, j)))
+          << "C(" << i << "," << j << ") of " << m << "x" << k << "x" << n << (ta ? " A^T" : "") << (tb ? " B^T" : "")
+          << " threads " << threads << ": " << c(i, j) << " vs the model's " << want(i, j);
+}
+
+}  // namespace
+
+/// The portable fp32 and fp64 tiles (every CPU without AVX2 + FMA runs them) against the
+/// written-out chains of multiplies and adds, bit for bit, where the compiler keeps a multiply
+/// and an add apart (no FMA in the target's baseline, as on x86-64 without -mfma); where it may
+/// fuse them (aarch64, -mfma) within the block-FMA bound instead. Ragged tiles (m, n not
+/// multiples of the vector tile's 5 or 8 rows and 4, 6, 8 or 12 columns), several K blocks, transposed views,
+/// alpha and beta, 16-bit inputs widened, one and two threads.
+TEST(GemmKernels, PortableFp32AndFp64AreTheBlockedMulAddChains) {
+  const isa_cap cap(gemm_isa::portable);
+  ASSERT_EQ(gemm_isa_in_use(), gemm_isa::portable);
+  for (auto [m, k, n] : {std::tuple{7, 5, 17}, {37, 300, 70}, {128, 130, 10}, {1, 1, 1}, {13, 260, 33}, {100, 600, 64}, {25, 129, 26}}) {
+#if defined(__FP_FAST_FMA) || defined(__FP_FAST_FMAF)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        run_case<float, float>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        run_case<double, double>(m, k, n, ta, tb, -0.75, 0.5, 2);
+        run_case<bfloat16, float>(m, k, n, ta, tb, 1.0, 1.0, 1);
+      }
+#else
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        expect_mul_add_chain_model<float>(m, k, n, ta, tb, 1.0f, 0.0f, 1);
+        expect_mul_add_chain_model<double>(m, k, n, ta, tb, 1.0, 0.0, 1);
+        expect_mul_add_chain_model<float, bfloat16>(m, k, n, ta, tb, 1.0f, 1.0f, 1);
+        expect_mul_add_chain_model<double, float>(m, k, n, ta, tb, 1.0, 0.0, 1);
+      }
+    expect_mul_add_chain_model<float>(m, k, n, false, true, -0.75f, 0.5f, 2);
+    expect_mul_add_chain_model<double>(m, k, n, true, false, 1.25, -1.0, 2);
+    expect_mul_add_chain_model<float, half>(m, k, n, true, true, 0.5f, -1.5f, 2);
+#endif
+  }
+}
+
+namespace {
+
 /// vdpbf16ps on one lane as Intel's SDM writes it: the high bf16 halves' product first, then
 /// the low halves', each an fp32 fma rounded to nearest, with denormal inputs (the accumulator
 /// included) read as zero and denormal results flushed to zero.

@@ -121,8 +121,8 @@ std::size_t encode_avx2(const float* src, Bits* dst, std::size_t n, rounding mod
 template <class From, class To>
 void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, overflow ov) {
   std::size_t done = 0;
-  bool simd = false;  // a vector kernel handled the bulk
 #if PRECIS_X86_SIMD
+  bool simd = false;  // a vector kernel handled the bulk
   if constexpr (std::is_same_v<From, float> && is_bit_format_v<To> && !std::is_same_v<To, float>) {
     using bf = bit_format<To>;
     if constexpr (avx2_encodable(bf::lay) && sizeof(To) == sizeof(typename bf::bits_type)) {

@@ -160,6 +160,14 @@ inline constexpr bool widens_to_f32 = std::is_same_v<S, float> || std::is_same_v
 /// The fp32 partial sums of one entry of the weight gradient, added in a fixed pairwise order.
 inline float lane_sum(const float* v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
 
+/// The AVX-512 tiles' shape (declared on every target: weight_grad_part_size sizes the scratch
+/// for them): rows of g and pairs of rows of col per tile. Their 24 accumulators
+/// each hold two entries' eight lanes ([g_i col_j | g_i col_j+1]); per eight positions the tile
+/// loads g's 8 rows as broadcasts (no shuffle) and col's 3 pairs with one shuffle each, for 24
+/// FMAs. (A first version paired two col rows against one g row joined to itself in 8
+/// accumulators: 8 loads and 6 shuffles for 8 FMAs, bound by the shuffles.)
+inline constexpr index_t wg512_rows = 8, wg512_pairs = 3;
+
 #if PRECIS_X86_SIMD
 /// Eight values of S (float, bfloat16 or half) at p, widened to fp32 (exact).
 template <class S>
@@ -256,12 +264,6 @@ PRECIS_TARGET_AVX512 inline __m512 load8_pair_f32(const S* a, const S* b) {
   }
 }
 
-/// The AVX-512 tiles' shape: rows of g and pairs of rows of col per tile. Their 24 accumulators
-/// each hold two entries' eight lanes ([g_i col_j | g_i col_j+1]); per eight positions the tile
-/// loads g's 8 rows as broadcasts (no shuffle) and col's 3 pairs with one shuffle each, for 24
-/// FMAs. (A first version paired two col rows against one g row joined to itself in 8
-/// accumulators: 8 loads and 6 shuffles for 8 FMAs, bound by the shuffles.)
-inline constexpr index_t wg512_rows = 8, wg512_pairs = 3;
 
 /// weight_grad_tiles with AVX-512: tiles of wg512_rows rows of g x 2 wg512_pairs rows of col (48
 /// entries of 8 floats of part a tile, entry (i, j) at (i * 2 wg512_pairs + j) * 8). Every lane

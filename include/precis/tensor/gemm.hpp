@@ -18,6 +18,9 @@
 //                  products that small take it too, with the fp32 tiles' bits.
 //   Acc = half, bfloat16 : 6 x 16 tile in fp32 lanes rounded to the format after every
 //                  multiply and add; bit-identical to the portable tile (kernel_avx2.hpp).
+//   Acc = float or double without AVX2 + FMA (aarch64, other CPUs, PRECIS_NO_SIMD, the portable
+//                  cap): the portable vector tile (gemm/kernel_vector.hpp), multiplies and adds
+//                  in K blocks of 128, as the scalar tile below.
 //   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
 // Which kernel runs depends only on the CPU and the cap below, never on the flags a translation
 // unit was compiled with: every translation unit of a program gets the same gemm<Acc>.
@@ -42,6 +45,7 @@
 #include "precis/tensor/gemm/kernel_avx512_fp16.hpp"
 #include "precis/tensor/gemm/kernel_amx_bf16.hpp"
 #include "precis/tensor/gemm/kernel_small.hpp"
+#include "precis/tensor/gemm/kernel_vector.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -475,6 +479,13 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
   }
 #else
   (void)isa;
+#endif
+#if PRECIS_VECTOR_TILE
+  if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
+    // the scalar tile's K blocks (kc 128), so the same sums; A and B blocks of whole tiles
+    constexpr auto mr = static_cast<index_t>(vector_tile_shape<Acc>::rows), nr = static_cast<index_t>(vector_tile_shape<Acc>::cols);
+    return {&vector_tile_kernel<Acc>, {mr, nr, 20 * mr, 128, 64 * nr}};
+  }
 #endif
   return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};
 }
