@@ -17,6 +17,15 @@
 #define PRECIS_X86_SIMD 0
 #endif
 
+// GCC's and Clang's vector extensions (vector_size, __builtin_convertvector): the portable
+// kernels' 16-byte vectors (the GEMM's tile, the fp16 and bf16 conversions), which compile to
+// SSE2 on x86-64 and Advanced SIMD on aarch64. Other compilers take those kernels' scalar forms.
+#if defined(__GNUC__) || defined(__clang__)
+#define PRECIS_VECTOR_EXT 1
+#else
+#define PRECIS_VECTOR_EXT 0
+#endif
+
 // A loop whose iterations are independent, told to GCC's vectorizer (Clang's equivalent warns
 // wherever a loop cannot be vectorized, as with multiprecision types, so it is left out).
 #if defined(__GNUC__) && !defined(__clang__)

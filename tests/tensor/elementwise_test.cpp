@@ -240,7 +240,7 @@ std::vector<std::uint16_t> bf16_patterns(std::size_t n) {
 }  // namespace
 
 TEST(ElementwiseMisc, ShortBf16RunsWidenAsTheVectorKernels) {
-  // load_run widens short dense bf16 runs in one AVX2 call (or inline without AVX2); longer
+  // load_run widens short dense bf16 runs in one AVX2 call (or portable vectors without AVX2); longer
   // ones through convert_dispatch. All must give the same bits, the quieted NaN payloads included.
   for (index_t n : {index_t{1}, index_t{7}, index_t{16}, index_t{33}, detail::inline_widen_max, detail::inline_widen_max + 1,
                     index_t{300}}) {
@@ -250,13 +250,13 @@ TEST(ElementwiseMisc, ShortBf16RunsWidenAsTheVectorKernels) {
     std::vector<float> got(x.size()), want(x.size());
     const float* v = detail::load_run<float>(x.data(), n, 1, got.data());
     detail::convert_dispatch(x.data(), want.data(), x.size(), rounding::nearest_even, overflow::infinity);
-    std::vector<float> plain(x.size());  // the loop a machine without AVX2 takes
-    detail::widen_bf16_inline(x.data(), n, plain.data());
+    std::vector<float> plain(x.size());  // the portable vectors a machine without AVX2 takes
+    detail::bf16_to_float_portable(bits.data(), plain.data(), bits.size());
     for (index_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(v + i, want.data() + i, 4), 0) << "n = " << n << ", element " << i << ", bf16 bits 0x" << std::hex
                                                            << bits[static_cast<std::size_t>(i)];
       ASSERT_EQ(std::memcmp(plain.data() + i, want.data() + i, 4), 0)
-          << "widen_bf16_inline, n = " << n << ", element " << i;
+          << "bf16_to_float_portable, n = " << n << ", element " << i;
     }
   }
 }
@@ -296,6 +296,29 @@ TEST(ElementwiseMisc, ShortHalfRunsWidenExactly) {
         ASSERT_EQ(got, half_bits_to_float_bits(h))
             << "n = " << n << ", fp16 bits 0x" << std::hex << h;
       }
+    }
+  }
+}
+
+TEST(ElementwiseMisc, PortableWideningIsTheDecodeFromTheFields) {
+  // the portable vectors (every CPU without AVX2 and F16C) over all 65536 fp16 and bf16
+  // patterns, in runs of every length class (whole vectors of 4, and the lanes after them)
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{7}, std::size_t{64}, all.size()}) {
+    std::vector<float> half_out(all.size()), bf16_out(all.size());
+    for (std::size_t first = 0; first < all.size(); first += n) {
+      const std::size_t len = std::min(n, all.size() - first);
+      detail::half_to_float_portable(all.data() + first, half_out.data() + first, len);
+      detail::bf16_to_float_portable(all.data() + first, bf16_out.data() + first, len);
+    }
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const auto h = static_cast<std::uint16_t>(i);
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(half_out[i]), half_bits_to_float_bits(h)) << "runs of " << n << ", fp16 bits 0x" << std::hex << h;
+      // bf16: the 16 bits shifted up, a NaN made quiet
+      const std::uint32_t up = std::uint32_t{h} << 16;
+      const std::uint32_t want = (up & 0x7fffffffu) > 0x7f800000u ? up | 0x00400000u : up;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(bf16_out[i]), want) << "runs of " << n << ", bf16 bits 0x" << std::hex << h;
     }
   }
 }

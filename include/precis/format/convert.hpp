@@ -20,6 +20,7 @@
 
 #include "precis/config.hpp"
 #include "precis/error.hpp"
+#include "precis/format/convert_portable.hpp"
 #include "precis/format/convert_x86.hpp"
 #include "precis/format/round_to.hpp"
 
@@ -172,6 +173,26 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
     }
   }
 #endif
+  // where no x86-64 kernel ran: fp16 and bf16 to and from float in portable vectors
+  if constexpr (std::is_same_v<From, float> && is_bit_format_v<To> && sizeof(To) == 2) {
+    constexpr layout lay = bit_format<To>::lay;
+    if constexpr (lay == layout{5, 10, encoding::ieee} || lay == layout{8, 7, encoding::ieee}) {
+      if (mode == rounding::nearest_even && ov == overflow::infinity) {
+        auto* h = reinterpret_cast<std::uint16_t*>(dst) + done;
+        if constexpr (lay.exp_bits == 5) float_to_half_nearest_portable(src + done, h, n - done);
+        else float_to_bf16_nearest_portable(src + done, h, n - done);
+        return;
+      }
+    }
+  } else if constexpr (std::is_same_v<To, float> && is_bit_format_v<From> && sizeof(From) == 2) {
+    constexpr layout lay = bit_format<From>::lay;
+    if constexpr (lay == layout{5, 10, encoding::ieee} || lay == layout{8, 7, encoding::ieee}) {
+      const auto* h = reinterpret_cast<const std::uint16_t*>(src) + done;
+      if constexpr (lay.exp_bits == 5) half_to_float_portable(h, dst + done, n - done);
+      else bf16_to_float_portable(h, dst + done, n - done);
+      return;
+    }
+  }
   convert_scalar(src + done, dst + done, n - done, mode, ov);
 }
 

@@ -98,22 +98,10 @@ using promote_t = std::conditional_t<
 inline constexpr index_t chunk = 256;
 
 /// Dense fp16 and bf16 runs at most this long widen in one AVX2 call (widen_short_avx2), or
-/// bf16 ones inline where AVX2 is not used (a shift, and a NaN quieted, as the vector kernels
-/// do): convert_dispatch's checks and call cost more than such a run's conversion (the rows of an
-/// attention head, 16 values).
+/// in the portable vectors where AVX2 is not used (half_to_float_portable,
+/// bf16_to_float_portable): convert_dispatch's checks and call cost more than such a run's
+/// conversion (the rows of an attention head, 16 values).
 inline constexpr index_t inline_widen_max = 64;
-
-/// bf16 -> float for a dense run where AVX2 is not used, in a loop the compiler vectorizes at any
-/// instruction-set level: the same bits as convert_dispatch (each value's 16 bits shifted up, a
-/// NaN made quiet).
-inline void widen_bf16_inline(const bfloat16* p, index_t n, float* dst) {
-  const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
-  for (index_t i = 0; i < n; ++i) {
-    const std::uint32_t u = std::uint32_t{bits[i]} << 16;
-    const std::uint32_t q = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u;
-    std::memcpy(dst + i, &q, 4);
-  }
-}
 
 #if PRECIS_X86_SIMD
 /// fp16 or bf16 -> float for a dense run of at most inline_widen_max values in one AVX2 call,
@@ -166,10 +154,13 @@ const C* load_run(const S* p, index_t n, index_t st, C* buf) {
         return buf;
       }
 #endif
-      if constexpr (std::is_same_v<S, bfloat16>) {
-        widen_bf16_inline(p, n, buf);
-        return buf;
+      const auto* bits = reinterpret_cast<const std::uint16_t*>(p);
+      if constexpr (std::is_same_v<S, half>) {
+        half_to_float_portable(bits, buf, static_cast<std::size_t>(n));
+      } else {
+        bf16_to_float_portable(bits, buf, static_cast<std::size_t>(n));
       }
+      return buf;
     }
   }
   if (st == 0) {

@@ -480,7 +480,7 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
 #else
   (void)isa;
 #endif
-#if PRECIS_VECTOR_TILE
+#if PRECIS_VECTOR_EXT
   if constexpr (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>) {
     // the scalar tile's K blocks (kc 128), so the same sums; A and B blocks of whole tiles
     constexpr auto mr = static_cast<index_t>(vector_tile_shape<Acc>::rows), nr = static_cast<index_t>(vector_tile_shape<Acc>::cols);

@@ -24,13 +24,7 @@
 #include "precis/config.hpp"
 #include "precis/tensor/shape.hpp"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define PRECIS_VECTOR_TILE 1
-#else
-#define PRECIS_VECTOR_TILE 0
-#endif
-
-#if PRECIS_VECTOR_TILE
+#if PRECIS_VECTOR_EXT
 
 namespace precis::detail {
 
@@ -96,4 +90,4 @@ void vector_tile_kernel(index_t kc, const T* a, const T* b, T* c, index_t rs_c, 
 
 }  // namespace precis::detail
 
-#endif  // PRECIS_VECTOR_TILE
+#endif  // PRECIS_VECTOR_EXT

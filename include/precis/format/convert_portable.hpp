@@ -1,0 +1,161 @@
+// The commonest conversions where no x86-64 kernel runs (aarch64 and other CPUs, x86-64 without
+// AVX2 and F16C, PRECIS_NO_SIMD, PRECIS_ISA=portable): fp16 and bf16 widened to float, and float
+// rounded to them to nearest even with IEEE overflow (every activation, gradient and weight of
+// a mixed-precision step). Integer arithmetic on the bit patterns without branches, one
+// function for a lane (std::uint32_t) or for a vector of four (GCC's and Clang's vector
+// extensions, which every 64-bit target has: SSE2, Advanced SIMD), so no intrinsics and no
+// dispatch. The same bits as round_to (tests/format: every fp16 and bf16 pattern, every float),
+// in the default rounding mode: fp16's subnormals round through one float addition.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "precis/config.hpp"
+
+namespace precis::detail {
+
+#if PRECIS_VECTOR_EXT
+typedef std::uint32_t u32x4 __attribute__((vector_size(16)));
+typedef std::int32_t i32x4 __attribute__((vector_size(16)));
+typedef std::uint16_t u16x4 __attribute__((vector_size(8)));
+typedef float f32x4 __attribute__((vector_size(16)));
+#endif
+
+/// All ones in the lanes where a > b, zeros elsewhere.
+template <class U>
+inline U lanes_greater(U a, U b) {
+  if constexpr (std::is_integral_v<U>) {
+    return a > b ? ~U{0} : U{0};
+  } else {
+    return (U)(a > b);
+  }
+}
+
+/// a where m's lanes are all ones, b where they are zero.
+template <class U>
+inline U lanes_select(U m, U a, U b) {
+  return (a & m) | (b & ~m);
+}
+
+/// The float of each lane's 16-bit integer (below 2^15), times 2^-24, as bits: fp16's
+/// subnormals, exactly.
+template <class U>
+inline U subnormal_half_bits(U m) {
+  if constexpr (std::is_integral_v<U>) {
+    return std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(m)) * 0x1p-24f);
+  } else {
+    return (U)(__builtin_convertvector((i32x4)m, f32x4) * 0x1p-24f);
+  }
+}
+
+/// Each lane's float, plus one half, as bits: the float rounded to nearest even to a multiple
+/// of 2^-24 (fp16's subnormal step) for |x| < 2^-14, held in the low bits above 0.5's.
+template <class U>
+inline U plus_half_bits(U a) {
+  if constexpr (std::is_integral_v<U>) {
+    return std::bit_cast<std::uint32_t>(std::bit_cast<float>(a) + 0.5f);
+  } else {
+    return (U)((f32x4)a + 0.5f);
+  }
+}
+
+/// fp16 bits (in the low 16 bits of each lane) -> float bits: exact; a NaN made quiet, as F16C's
+/// vcvtph2ps does.
+template <class U>
+inline U half_to_float_lanes(U h) {
+  const U zero{};
+  const U em = h & 0x7fffu;  // exponent and fraction
+  const U normal = (em << 13) + 0x38000000u;  // rebiased by 127 - 15
+  const U special = (em << 13) | 0x7f800000u | (lanes_greater(em, zero + 0x7c00u) & 0x00400000u);
+  U r = lanes_select(lanes_greater(zero + 0x7c00u, em), normal, special);
+  r = lanes_select(lanes_greater(zero + 0x0400u, em), subnormal_half_bits(em), r);
+  return ((h & 0x8000u) << 16) | r;
+}
+
+/// float bits -> fp16 bits, to nearest even, IEEE overflow (to infinity from 65520 on); a NaN
+/// keeps its sign and leading fraction bits and is made quiet, as F16C's vcvtps2ph does.
+template <class U>
+inline U float_to_half_nearest_lanes(U f) {
+  const U zero{};
+  const U a = f & 0x7fffffffu;
+  const U normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;  // |x| >= 2^-14: carries ripple up
+  const U sub = plus_half_bits(a) - 0x3f000000u;                          // |x| < 2^-14
+  U r = lanes_select(lanes_greater(zero + 0x38800000u, a), sub, normal);
+  r = lanes_select(lanes_greater(a, zero + 0x477fffffu), zero + 0x7c00u, r);  // |x| >= 2^16, infinity
+  r = lanes_select(lanes_greater(a, zero + 0x7f800000u), 0x7e00u | ((a >> 13) & 0x3ffu), r);
+  return ((f >> 16) & 0x8000u) | r;
+}
+
+/// bf16 bits -> float bits: a shift; a NaN made quiet.
+template <class U>
+inline U bf16_to_float_lanes(U h) {
+  const U u = h << 16;
+  return u | (lanes_greater(u & 0x7fffffffu, U{} + 0x7f800000u) & 0x00400000u);
+}
+
+/// float bits -> bf16 bits, to nearest even, IEEE overflow; a NaN keeps its sign and leading
+/// fraction bits and is made quiet.
+template <class U>
+inline U float_to_bf16_nearest_lanes(U f) {
+  const U a = f & 0x7fffffffu;
+  const U rounded = (a + 0x7fffu + ((a >> 16) & 1u)) >> 16;
+  const U nan = 0x7fc0u | ((a & 0x3fffffu) >> 16);
+  return lanes_select(lanes_greater(a, U{} + 0x7f800000u), nan, rounded) | ((f >> 16) & 0x8000u);
+}
+
+/// n 16-bit patterns widened to float by Lanes (half_to_float_lanes or bf16_to_float_lanes).
+template <class Lanes>
+inline void widen_16_portable(const std::uint16_t* src, float* dst, std::size_t n, Lanes lanes) {
+  std::size_t i = 0;
+#if PRECIS_VECTOR_EXT
+  for (; i + 4 <= n; i += 4) {
+    u16x4 h;
+    std::memcpy(&h, src + i, sizeof h);
+    const u32x4 r = lanes(__builtin_convertvector(h, u32x4));
+    std::memcpy(dst + i, &r, sizeof r);
+  }
+#endif
+  for (; i < n; ++i) {
+    const std::uint32_t r = lanes(std::uint32_t{src[i]});
+    std::memcpy(dst + i, &r, 4);
+  }
+}
+
+/// n floats rounded to 16-bit patterns by Lanes (float_to_half_nearest_lanes or
+/// float_to_bf16_nearest_lanes).
+template <class Lanes>
+inline void narrow_16_portable(const float* src, std::uint16_t* dst, std::size_t n, Lanes lanes) {
+  std::size_t i = 0;
+#if PRECIS_VECTOR_EXT
+  for (; i + 4 <= n; i += 4) {
+    u32x4 f;
+    std::memcpy(&f, src + i, sizeof f);
+    const u16x4 r = __builtin_convertvector(lanes(f), u16x4);  // every lane below 2^16
+    std::memcpy(dst + i, &r, sizeof r);
+  }
+#endif
+  for (; i < n; ++i) {
+    std::uint32_t f;
+    std::memcpy(&f, src + i, 4);
+    dst[i] = static_cast<std::uint16_t>(lanes(f));
+  }
+}
+
+inline void half_to_float_portable(const std::uint16_t* src, float* dst, std::size_t n) {
+  widen_16_portable(src, dst, n, [](auto h) { return half_to_float_lanes(h); });
+}
+inline void bf16_to_float_portable(const std::uint16_t* src, float* dst, std::size_t n) {
+  widen_16_portable(src, dst, n, [](auto h) { return bf16_to_float_lanes(h); });
+}
+inline void float_to_half_nearest_portable(const float* src, std::uint16_t* dst, std::size_t n) {
+  narrow_16_portable(src, dst, n, [](auto f) { return float_to_half_nearest_lanes(f); });
+}
+inline void float_to_bf16_nearest_portable(const float* src, std::uint16_t* dst, std::size_t n) {
+  narrow_16_portable(src, dst, n, [](auto f) { return float_to_bf16_nearest_lanes(f); });
+}
+
+}  // namespace precis::detail
