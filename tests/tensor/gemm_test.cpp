@@ -722,11 +722,11 @@ float dpbf16_lane(float c, bfloat16 lo_a, bfloat16 hi_a, bfloat16 lo_b, bfloat16
   return flush_denormal(std::fma(f(lo_a), f(lo_b), c));
 }
 
+#if PRECIS_X86_SIMD
 std::uint32_t pair_bits(bfloat16 lo, bfloat16 hi) {
   return std::uint32_t{std::bit_cast<std::uint16_t>(lo)} | std::uint32_t{std::bit_cast<std::uint16_t>(hi)} << 16;
 }
 
-#if PRECIS_X86_SIMD
 PRECIS_TARGET_AVX512_BF16 void vdpbf16ps_16(float* c, const std::uint32_t* a, const std::uint32_t* b) {
   const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(c), reinterpret_cast<__m512bh>(_mm512_loadu_si512(a)),
                                     reinterpret_cast<__m512bh>(_mm512_loadu_si512(b)));

@@ -107,42 +107,66 @@ inline U float_to_bf16_nearest_lanes(U f) {
   return lanes_select(lanes_greater(a, U{} + 0x7f800000u), nan, rounded) | ((f >> 16) & 0x8000u);
 }
 
-/// n 16-bit patterns widened to float by Lanes (half_to_float_lanes or bf16_to_float_lanes).
+/// n 16-bit patterns widened to float by Lanes (half_to_float_lanes or bf16_to_float_lanes):
+/// whole vectors of 4, then the last 1-3 values through one zero-padded vector.
 template <class Lanes>
 inline void widen_16_portable(const std::uint16_t* src, float* dst, std::size_t n, Lanes lanes) {
-  std::size_t i = 0;
 #if PRECIS_VECTOR_EXT
-  for (; i + 4 <= n; i += 4) {
+  const std::size_t whole = n / 4 * 4, rest = n - whole;
+  const auto step = [&](const std::uint16_t* in, std::uint32_t* out) {
     u16x4 h;
-    std::memcpy(&h, src + i, sizeof h);
+    std::memcpy(&h, in, sizeof h);
     const u32x4 r = lanes(__builtin_convertvector(h, u32x4));
-    std::memcpy(dst + i, &r, sizeof r);
+    std::memcpy(out, &r, sizeof r);
+  };
+  for (std::size_t i = 0; i < whole; i += 4) {
+    std::uint32_t out[4];
+    step(src + i, out);
+    std::memcpy(dst + i, out, sizeof out);
   }
-#endif
-  for (; i < n; ++i) {
+  if (rest > 0) {
+    std::uint16_t in[4] = {};
+    std::uint32_t out[4];
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) in[j] = src[whole + j];
+    step(in, out);
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) std::memcpy(dst + whole + j, out + j, 4);
+  }
+#else
+  for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t r = lanes(std::uint32_t{src[i]});
     std::memcpy(dst + i, &r, 4);
   }
+#endif
 }
 
 /// n floats rounded to 16-bit patterns by Lanes (float_to_half_nearest_lanes or
-/// float_to_bf16_nearest_lanes).
+/// float_to_bf16_nearest_lanes): whole vectors of 4, then the last 1-3 values through one
+/// zero-padded vector.
 template <class Lanes>
 inline void narrow_16_portable(const float* src, std::uint16_t* dst, std::size_t n, Lanes lanes) {
-  std::size_t i = 0;
 #if PRECIS_VECTOR_EXT
-  for (; i + 4 <= n; i += 4) {
+  const std::size_t whole = n / 4 * 4, rest = n - whole;
+  const auto step = [&](const float* in, std::uint16_t* out) {
     u32x4 f;
-    std::memcpy(&f, src + i, sizeof f);
+    std::memcpy(&f, in, sizeof f);
     const u16x4 r = __builtin_convertvector(lanes(f), u16x4);  // every lane below 2^16
-    std::memcpy(dst + i, &r, sizeof r);
+    std::memcpy(out, &r, sizeof r);
+  };
+  for (std::size_t i = 0; i < whole; i += 4) step(src + i, dst + i);
+  if (rest > 0) {
+    float in[4] = {};
+    std::uint16_t out[4];
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) in[j] = src[whole + j];
+    step(in, out);
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) dst[whole + j] = out[j];
   }
-#endif
-  for (; i < n; ++i) {
+#else
+  for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t f;
     std::memcpy(&f, src + i, 4);
     dst[i] = static_cast<std::uint16_t>(lanes(f));
   }
+#endif
 }
 
 inline void half_to_float_portable(const std::uint16_t* src, float* dst, std::size_t n) {
