@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <bit>
 #include <initializer_list>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -708,6 +709,96 @@ TEST(GemmKernels, PortableFp32AndFp64AreTheBlockedMulAddChains) {
     expect_mul_add_chain_model<float, half>(m, k, n, true, true, 0.5f, -1.5f, 2);
 #endif
   }
+}
+
+namespace {
+
+/// A 16-bit value with a random sign, a random exponent field in [lo, hi] (0: zeros and
+/// subnormals; the format's largest: infinities and NaNs) and random fraction bits.
+template <class T>
+T random_16bit(std::mt19937_64& g, unsigned lo, unsigned hi) {
+  constexpr unsigned fraction = std::is_same_v<T, half> ? 10 : 7;
+  const auto e = lo + static_cast<unsigned>(g() % (hi - lo + 1));
+  const auto bits = (g() & 0x8000u) | (std::uint64_t{e} << fraction) | (g() & ((1u << fraction) - 1));
+  return std::bit_cast<T>(static_cast<std::uint16_t>(bits));
+}
+
+#if PRECIS_VECTOR_EXT
+/// The portable 16-bit tile and the scalar tile on the same packed panels: every C entry's
+/// bits (NaNs as NaNs, and bf16's always the quiet 0x7fc0 with a sign).
+template <class T>
+void expect_narrow_tile_is_scalar_tile(std::mt19937_64& g, index_t kc, index_t mr, index_t nr, bool strided, T alpha,
+                                       T beta, unsigned lo, unsigned hi) {
+  using S = detail::narrow_tile_shape;
+  constexpr index_t R = S::rows, N = S::cols;
+  std::vector<T> a(static_cast<std::size_t>(kc * R)), b(static_cast<std::size_t>(kc * N));
+  for (auto& x : a) x = random_16bit<T>(g, lo, hi);
+  for (auto& x : b) x = random_16bit<T>(g, lo, hi);
+  const index_t rs = strided ? 1 : N + 3, cs = strided ? R + 2 : 1;  // C column-major, or rows padded
+  std::vector<T> c0(static_cast<std::size_t>(R * (N + 3) + N * (R + 2)));
+  for (auto& x : c0) x = random_16bit<T>(g, std::is_same_v<T, half> ? 12 : 124, std::is_same_v<T, half> ? 17 : 129);
+  auto vec = c0, ref = c0;
+  detail::vector_narrow_tile_kernel<T>(kc, a.data(), b.data(), vec.data(), rs, cs, mr, nr, alpha, beta);
+  detail::generic_tile_kernel<T, R, N>(kc, a.data(), b.data(), ref.data(), rs, cs, mr, nr, alpha, beta);
+  for (std::size_t i = 0; i < c0.size(); ++i) {
+    const auto v = std::bit_cast<std::uint16_t>(vec[i]), r = std::bit_cast<std::uint16_t>(ref[i]);
+    const bool nan = std::isnan(static_cast<float>(vec[i])) && std::isnan(static_cast<float>(ref[i]));
+    const bool quiet = !std::is_same_v<T, bfloat16> || (v & 0x7fffu) == 0x7fc0u;
+    ASSERT_TRUE(v == r || (nan && quiet))
+        << format_traits<T>::name << " C entry " << i << " of a " << mr << " x " << nr << " tile, kc " << kc
+        << (strided ? ", C column-major" : "") << ", exponent fields " << lo << "-" << hi << ": " << v
+        << " against the scalar tile's " << r;
+  }
+}
+#endif
+
+}  // namespace
+
+/// The portable fp16 and bf16 tile (the "-true" policies' GEMM on every CPU without the x86-64
+/// kernels) against the scalar tile in the format's own arithmetic, on the same panels: full and
+/// ragged tiles, C in rows or columns, alpha and beta, and values whose products and sums are
+/// subnormal, reach fp16's fast path's limit of 2^15, overflow to infinity, or are NaN.
+TEST(GemmKernels, Portable16BitTileIsTheScalarTile) {
+#if !PRECIS_VECTOR_EXT
+  GTEST_SKIP() << "this compiler has no vector extensions: the scalar tile runs the 16-bit GEMM";
+#else
+  using S = detail::narrow_tile_shape;
+  constexpr index_t R = S::rows, N = S::cols;
+  std::mt19937_64 g(2026);
+  struct range {
+    unsigned lo, hi, blo, bhi;  // exponent fields of fp16 (bias 15) and of bf16 (bias 127)
+  };
+  // near 1 with subnormal fp16 products; tiny (products round to zero); up to 2^6 (fp16 sums
+  // pass 2^15 only sometimes); up to 2^10 (fp16 products overflow); every field, infinities and
+  // NaNs included; bf16 products below float's subnormals, and bf16's largest values
+  {
+    // 32768 + 32752 = 65520 rounds to infinity in fp16 (the fast path's sum to 65536), and the
+    // next product, -32768, would bring it back below 2^15: C is infinity
+    std::vector<half> a(static_cast<std::size_t>(3 * R), half(1)), b(static_cast<std::size_t>(3 * N));
+    for (index_t j = 0; j < N; ++j) {
+      b[static_cast<std::size_t>(j)] = half(32768.0f);
+      b[static_cast<std::size_t>(N + j)] = half(32752.0f);
+      b[static_cast<std::size_t>(2 * N + j)] = half(-32768.0f);
+    }
+    std::vector<half> c(static_cast<std::size_t>(R * N));
+    detail::vector_narrow_tile_kernel<half>(3, a.data(), b.data(), c.data(), N, 1, R, N, half(1), half(0));
+    for (const half x : c) ASSERT_EQ(static_cast<float>(x), std::numeric_limits<float>::infinity());
+  }
+  for (const range r : {range{10, 17, 122, 129}, range{0, 6, 0, 8}, range{14, 21, 126, 133}, range{16, 25, 190, 254},
+                        range{0, 31, 0, 255}, range{2, 9, 50, 70}}) {
+    for (index_t kc : {1, 5, 128}) {
+      for (auto [mr, nr] : {std::pair{R, N}, {R - 1, N}, {1, 3}, {R, N - 5}}) {
+        for (bool strided : {false, true}) {
+          expect_narrow_tile_is_scalar_tile<half>(g, kc, mr, nr, strided, half(1), half(0), r.lo, r.hi);
+          expect_narrow_tile_is_scalar_tile<half>(g, kc, mr, nr, strided, half(-0.75f), half(0.3f), r.lo, r.hi);
+          expect_narrow_tile_is_scalar_tile<bfloat16>(g, kc, mr, nr, strided, bfloat16(1), bfloat16(0), r.blo, r.bhi);
+          expect_narrow_tile_is_scalar_tile<bfloat16>(g, kc, mr, nr, strided, bfloat16(1.3f), bfloat16(-0.7f), r.blo,
+                                                      r.bhi);
+        }
+      }
+    }
+  }
+#endif
 }
 
 namespace {

@@ -21,7 +21,11 @@
 //   Acc = float or double without AVX2 + FMA (aarch64, other CPUs, PRECIS_NO_SIMD, the portable
 //                  cap): the portable vector tile (gemm/kernel_vector.hpp), multiplies and adds
 //                  in K blocks of 128, as the scalar tile below.
-//   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...).
+//   Acc = half, bfloat16 without AVX2: the portable vector tile in fp32 lanes rounded to the
+//                  format after every multiply and add (gemm/kernel_vector.hpp), the scalar
+//                  tile's bits.
+//   other Acc    : portable 4 x 4 tile in Acc's own arithmetic (multiprecision, fp8, ...;
+//                  gemm/kernel_vector.hpp).
 // Which kernel runs depends only on the CPU and the cap below, never on the flags a translation
 // unit was compiled with: every translation unit of a program gets the same gemm<Acc>.
 // Error: every entry satisfies |C - fl(C)| <= gamma_K |A||B| in the accumulator's u (Higham,
@@ -357,26 +361,6 @@ void pack_b(const S* b, index_t rs, index_t cs, index_t kc, index_t nc, index_t 
   }
 }
 
-/// Portable register tile in Acc's own arithmetic (multiply, then add: no fused ops assumed).
-template <class Acc>
-void generic_tile_kernel(index_t kc, const Acc* a, const Acc* b, Acc* c, index_t rs_c,
-                         index_t cs_c, index_t mr, index_t nr, const Acc& alpha, const Acc& beta) {
-  constexpr int R = 4;
-  Acc ab[R * R] = {};
-  for (auto& x : ab) x = Acc(0);
-  for (index_t p = 0; p < kc; ++p) {
-    for (int i = 0; i < R; ++i)
-      for (int j = 0; j < R; ++j) ab[i * R + j] = ab[i * R + j] + a[p * R + i] * b[p * R + j];
-  }
-  for (index_t i = 0; i < mr; ++i) {
-    for (index_t j = 0; j < nr; ++j) {
-      Acc& cij = c[i * rs_c + j * cs_c];
-      const Acc t = alpha * ab[i * R + j];
-      cij = beta == Acc(0) ? t : t + beta * cij;
-    }
-  }
-}
-
 /// A register-tile kernel over packed panels whose elements are P (Acc itself, or for the
 /// AVX512-BF16 and AMX kernels dwords holding a pair of bf16 values along k), and its blocking.
 /// The AMX kernel comes as `chain` instead of `tile`: its panels are padded to whole tiles of 16
@@ -485,6 +469,11 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
     // the scalar tile's K blocks (kc 128), so the same sums; A and B blocks of whole tiles
     constexpr auto mr = static_cast<index_t>(vector_tile_shape<Acc>::rows), nr = static_cast<index_t>(vector_tile_shape<Acc>::cols);
     return {&vector_tile_kernel<Acc>, {mr, nr, 20 * mr, 128, 64 * nr}};
+  }
+  if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
+    // kc 128 as the scalar tile's: the same K blocks, so the same bits
+    constexpr auto mr = static_cast<index_t>(narrow_tile_shape::rows), nr = static_cast<index_t>(narrow_tile_shape::cols);
+    return {&vector_narrow_tile_kernel<Acc>, {mr, nr, 16 * mr, 128, 64 * nr}};
   }
 #endif
   return {&generic_tile_kernel_by_value<Acc>, blocking_for<Acc>(false)};
