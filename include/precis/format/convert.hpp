@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -190,6 +191,35 @@ void convert_dispatch(const From* src, To* dst, std::size_t n, rounding mode, ov
       const auto* h = reinterpret_cast<const std::uint16_t*>(src) + done;
       if constexpr (lay.exp_bits == 5) half_to_float_portable(h, dst + done, n - done);
       else bf16_to_float_portable(h, dst + done, n - done);
+      return;
+    }
+  } else if constexpr (std::is_same_v<From, float> && is_bit_format_v<To> && sizeof(To) == 1) {
+#if PRECIS_VECTOR_EXT
+    // fp8 and the other 8-bit layouts, to nearest even (fp8's scaled casts)
+    constexpr layout lay = bit_format<To>::lay;
+    if constexpr (small_portable(lay)) {
+      if (mode == rounding::nearest_even && (ov != overflow::infinity || lay.has_infinity())) {
+        const auto pattern = static_cast<std::uint32_t>(ov == overflow::infinity   ? lay.inf_bits()
+                                                        : ov == overflow::saturate ? lay.max_bits()
+                                                                                   : lay.nan_bits());
+        float_to_small_nearest_portable<lay>(src + done, reinterpret_cast<std::uint8_t*>(dst) + done, n - done, pattern);
+        return;
+      }
+    }
+#endif
+  } else if constexpr (std::is_same_v<To, float> && is_bit_format_v<From> && sizeof(From) == 1) {
+    // 8-bit layouts widened exactly: a table of the scalar path's 256 results
+    if constexpr (fits_float(bit_format<From>::lay)) {
+      static const std::array<float, 256> table = [] {
+        std::array<float, 256> t{};
+        for (unsigned b = 0; b < 256; ++b) {
+          t[b] = round_unchecked<float>(bit_format<From>::from_bits(static_cast<std::uint8_t>(b)), rounding::nearest_even,
+                                        overflow::infinity, 0);
+        }
+        return t;
+      }();
+      const auto* bits = reinterpret_cast<const std::uint8_t*>(src) + done;
+      for (std::size_t i = 0; i < n - done; ++i) dst[done + i] = table[bits[i]];
       return;
     }
   }

@@ -5,7 +5,10 @@
 // function for a lane (std::uint32_t) or for a vector of four (GCC's and Clang's vector
 // extensions, which every 64-bit target has: SSE2, Advanced SIMD), so no intrinsics and no
 // dispatch. The same bits as round_to (tests/format: every fp16 and bf16 pattern, every float),
-// in the default rounding mode: fp16's subnormals round through one float addition.
+// in the default rounding mode: fp16's subnormals round through one float addition. Also float
+// rounded to nearest even to fp8 and the other layouts of at most 8 bits (fp8's scaled casts),
+// in vectors of four only, every overflow mode (tests/format: every float whose bits decide the
+// rounding; their widening is a table in convert.hpp).
 #pragma once
 
 #include <bit>
@@ -15,6 +18,7 @@
 #include <type_traits>
 
 #include "precis/config.hpp"
+#include "precis/format/detail/core.hpp"
 
 namespace precis::detail {
 
@@ -181,5 +185,69 @@ inline void float_to_half_nearest_portable(const float* src, std::uint16_t* dst,
 inline void float_to_bf16_nearest_portable(const float* src, std::uint16_t* dst, std::size_t n) {
   narrow_16_portable(src, dst, n, [](auto f) { return float_to_bf16_nearest_lanes(f); });
 }
+
+/// The layouts float_to_small_nearest_lanes takes: at most 8 bits, s and the subnormal step
+/// normal floats.
+constexpr bool small_portable(layout l) {
+  return l.total_bits() <= 8 && l.emax() + 24 - l.mant_bits <= 127 && l.emin() - l.mant_bits >= -126 &&
+         l.mant_bits - l.emin() < 31;
+}
+
+#if PRECIS_VECTOR_EXT
+/// float bits -> the bits of a layout L of at most 8 bits whose values are floats (fp8 e4m3 and
+/// e5m2, ...), to nearest even: |x| + s - s in float, with s = 2^(E + 23 - M) for x's binade 2^E
+/// clamped to L's normal binades (emin .. emax + 1), is |x| on L's grid (the sum's ulp is L's
+/// step there; below 2^emin its subnormal step), then the exponent is rebiased, or a subnormal
+/// scaled to its integer. A value that rounds beyond L's largest, and an infinity, become
+/// `overflow_bits` (the overflow mode's pattern); a NaN L's NaN (IEEE layouts keep the leading
+/// payload bits), with the sign as every other value.
+template <layout L>
+inline u32x4 float_to_small_nearest_lanes(u32x4 f, std::uint32_t overflow_bits) {
+  static_assert(small_portable(L));
+  constexpr int M = L.mant_bits;
+  constexpr auto lo = static_cast<std::uint32_t>(L.emin() + 127) << 23, hi = static_cast<std::uint32_t>(L.emax() + 128) << 23;
+  constexpr auto largest = (static_cast<std::uint32_t>(L.emax() + 127) << 23) |
+                           static_cast<std::uint32_t>((L.max_bits() & L.mant_mask()) << (23 - M));
+  constexpr float to_sum = static_cast<float>(1u << (23 - M));  // 2^E -> s
+  constexpr float to_units = static_cast<float>(1u << (M - L.emin()));  // a subnormal -> its integer
+  const u32x4 a = f & 0x7fffffffu;
+  u32x4 e = a & 0x7f800000u;
+  e = lanes_select(lanes_greater(u32x4{} + lo, e), u32x4{} + lo, e);
+  e = lanes_select(lanes_greater(e, u32x4{} + hi), u32x4{} + hi, e);
+  const f32x4 s = (f32x4)e * to_sum;
+  const u32x4 r = (u32x4)(((f32x4)a + s) - s);  // a NaN stays one; an infinity stays one
+  const u32x4 tiny = lanes_greater(u32x4{} + lo, r);
+  const u32x4 normal = (r - (static_cast<std::uint32_t>(127 - L.bias()) << 23)) >> (23 - M);
+  const u32x4 sub = (u32x4)__builtin_convertvector((f32x4)(r & tiny) * to_units, i32x4);  // exact
+  u32x4 bits = lanes_select(tiny, sub, normal);
+  bits = lanes_select(lanes_greater(r, u32x4{} + largest), u32x4{} + overflow_bits, bits);
+  u32x4 nan = u32x4{} + static_cast<std::uint32_t>(L.nan_bits());
+  if constexpr (L.enc == encoding::ieee) nan |= (a & 0x3fffffu) >> (23 - M);
+  bits = lanes_select(lanes_greater(a, u32x4{} + 0x7f800000u), nan, bits);
+  return bits | ((f >> 31) << (L.exp_bits + M));
+}
+
+/// n floats rounded to the 8-bit patterns of L by float_to_small_nearest_lanes: whole vectors
+/// of 4, then the last 1-3 values through one zero-padded vector.
+template <layout L>
+inline void float_to_small_nearest_portable(const float* src, std::uint8_t* dst, std::size_t n,
+                                            std::uint32_t overflow_bits) {
+  const auto step = [&](const float* in, std::uint8_t* out) {
+    u32x4 f;
+    std::memcpy(&f, in, sizeof f);
+    const u32x4 r = float_to_small_nearest_lanes<L>(f, overflow_bits);  // every lane below 2^8
+    for (int j = 0; j < 4; ++j) out[j] = static_cast<std::uint8_t>(r[j]);
+  };
+  const std::size_t whole = n / 4 * 4, rest = n - whole;
+  for (std::size_t i = 0; i < whole; i += 4) step(src + i, dst + i);
+  if (rest > 0) {
+    float in[4] = {};
+    std::uint8_t out[4];
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) in[j] = src[whole + j];
+    step(in, out);
+    for (std::size_t j = 0; j < 3 && j < rest; ++j) dst[whole + j] = out[j];
+  }
+}
+#endif
 
 }  // namespace precis::detail
