@@ -116,49 +116,6 @@ TEST(Convert, EightBitDecodeKernelsMatchScalarForEveryPattern) {
   check_decode8_kernels<precis::minifloat<3, 2>>();
 }
 
-/// float -> an 8-bit layout to nearest even through the portable vectors (every CPU without the
-/// x86-64 kernels) against round_to, for every float whose sign, exponent and 9 leading
-/// fraction bits differ, each with its low 14 bits 0, 1, 0x2000 and 0x3fff: every combination of
-/// kept bits, guard bit and sticky bits these layouts' roundings read (at most 3 kept bits, 4
-/// more below the smallest normal), NaN payloads included, in every overflow mode the layout
-/// takes.
-template <class T>
-void check_small_portable(std::vector<overflow> modes) {
-#if !PRECIS_VECTOR_EXT
-  (void)modes;
-  GTEST_SKIP() << "this compiler has no vector extensions: the scalar path converts to 8-bit layouts";
-#else
-  constexpr precis::detail::layout lay = precis::detail::bit_format<T>::lay;
-  std::vector<float> src;
-  src.reserve(std::size_t{1} << 20);
-  for (std::uint32_t top = 0; top < (1u << 18); ++top)
-    for (std::uint32_t low : {0u, 1u, 0x2000u, 0x3fffu}) src.push_back(std::bit_cast<float>(top << 14 | low));
-  std::vector<std::uint8_t> got(src.size());
-  for (overflow ov : modes) {
-    const auto pattern = static_cast<std::uint32_t>(ov == overflow::infinity   ? lay.inf_bits()
-                                                    : ov == overflow::saturate ? lay.max_bits()
-                                                                               : lay.nan_bits());
-    precis::detail::float_to_small_nearest_portable<lay>(src.data(), got.data(), src.size(), pattern);
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < src.size(); ++i) {
-      const auto want = bits_of(precis::round_to<T>(src[i], rounding::nearest_even, ov));
-      if (got[i] != want && ++bad <= 3) {
-        ADD_FAILURE() << precis::format_traits<T>::name << " " << precis::to_string(ov) << ": float 0x" << std::hex
-                      << std::bit_cast<std::uint32_t>(src[i]) << " -> 0x" << unsigned{got[i]} << ", round_to 0x" << want;
-      }
-    }
-    EXPECT_EQ(bad, 0u) << precis::format_traits<T>::name << " " << precis::to_string(ov);
-  }
-#endif
-}
-
-TEST(Convert, EightBitPortableEncodeMatchesScalarOnEveryDecidingPattern) {
-  check_small_portable<precis::float8_e4m3>({overflow::saturate, overflow::nan});
-  check_small_portable<precis::float8_e5m2>({overflow::saturate, overflow::infinity, overflow::nan});
-  check_small_portable<precis::minifloat<3, 2>>({overflow::infinity, overflow::saturate});
-  check_small_portable<precis::minifloat<2, 1, precis::encoding::fn>>({overflow::saturate});
-}
-
 /// float -> bf16 to nearest through each x86 kernel directly: the AVX2 and AVX-512 integer lanes
 /// and AVX512-BF16's vcvtneps2bf16, whose blocks of 16 holding a subnormal (read as zero by the
 /// instruction) go through the integer lanes. Sources: the structured and random points (NaNs,
@@ -218,6 +175,49 @@ void check_stochastic_bulk() {
 TEST(Convert, StochasticBulkEqualsScalarDrawsInOrder) {
   check_stochastic_bulk<precis::bfloat16>();
   check_stochastic_bulk<precis::half>();
+}
+
+/// float -> an 8-bit layout to nearest even through the portable vectors (every CPU without the
+/// x86-64 kernels) against round_to, for every float whose sign, exponent and 9 leading
+/// fraction bits differ, each with its low 14 bits 0, 1, 0x2000 and 0x3fff: every combination of
+/// kept bits, guard bit and sticky bits these layouts' roundings read (at most 3 kept bits, 4
+/// more below the smallest normal), NaN payloads included, in every overflow mode the layout
+/// takes.
+template <class T>
+void check_small_portable(std::vector<overflow> modes) {
+#if !PRECIS_VECTOR_EXT
+  (void)modes;
+  GTEST_SKIP() << "this compiler has no vector extensions: the scalar path converts to 8-bit layouts";
+#else
+  constexpr precis::detail::layout lay = precis::detail::bit_format<T>::lay;
+  std::vector<float> src;
+  src.reserve(std::size_t{1} << 20);
+  for (std::uint32_t top = 0; top < (1u << 18); ++top)
+    for (std::uint32_t low : {0u, 1u, 0x2000u, 0x3fffu}) src.push_back(std::bit_cast<float>(top << 14 | low));
+  std::vector<std::uint8_t> got(src.size());
+  for (overflow ov : modes) {
+    const auto pattern = static_cast<std::uint32_t>(ov == overflow::infinity   ? lay.inf_bits()
+                                                    : ov == overflow::saturate ? lay.max_bits()
+                                                                               : lay.nan_bits());
+    precis::detail::float_to_small_nearest_portable<lay>(src.data(), got.data(), src.size(), pattern);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const auto want = bits_of(precis::round_to<T>(src[i], rounding::nearest_even, ov));
+      if (got[i] != want && ++bad <= 3) {
+        ADD_FAILURE() << precis::format_traits<T>::name << " " << precis::to_string(ov) << ": float 0x" << std::hex
+                      << std::bit_cast<std::uint32_t>(src[i]) << " -> 0x" << unsigned{got[i]} << ", round_to 0x" << want;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << precis::format_traits<T>::name << " " << precis::to_string(ov);
+  }
+#endif
+}
+
+TEST(Convert, EightBitPortableEncodeMatchesScalarOnEveryDecidingPattern) {
+  check_small_portable<precis::float8_e4m3>({overflow::saturate, overflow::nan});
+  check_small_portable<precis::float8_e5m2>({overflow::saturate, overflow::infinity, overflow::nan});
+  check_small_portable<precis::minifloat<3, 2>>({overflow::infinity, overflow::saturate});
+  check_small_portable<precis::minifloat<2, 1, precis::encoding::fn>>({overflow::saturate});
 }
 
 TEST(Convert, DoubleAndCrossFormatPaths) {
