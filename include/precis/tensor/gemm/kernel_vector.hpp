@@ -21,7 +21,8 @@
 // product and each sum rounded to the format, so the same bits as the scalar tile and the x86-64
 // kernels (the same K blocks of 128). 4 x 3 vectors on x86-64 (4 x 2 ran 0.94x as fast on a Zen 3
 // core: the roundings, not the loads, bound it), 8 x 2 on aarch64 (16 accumulators and the
-// roundings' temporaries within its 32 registers).
+// roundings' temporaries within its 32 registers), where fp16 rounds by Advanced SIMD's fcvtn
+// and fcvtl.
 #pragma once
 
 #include <cstddef>
@@ -141,6 +142,9 @@ template <class T>
 inline f32x4 narrow_widen4(const T* p) {
   u16x4 h;
   std::memcpy(&h, p, sizeof h);
+#if PRECIS_NEON_HALF
+  if constexpr (std::is_same_v<T, half>) return half_to_float_neon(h);
+#endif
   const u32x4 w = __builtin_convertvector(h, u32x4);
   if constexpr (std::is_same_v<T, half>) {
     return (f32x4)half_to_float_lanes(w);
@@ -152,6 +156,13 @@ inline f32x4 narrow_widen4(const T* p) {
 /// Floats of the 16-bit T (values of T, or rounded to T by narrow_round) stored as T at p.
 template <class T>
 inline void narrow_store4(T* p, f32x4 x) {
+#if PRECIS_NEON_HALF
+  if constexpr (std::is_same_v<T, half>) {
+    const u16x4 h = float_to_half_neon(x);  // exact: x holds fp16 values
+    std::memcpy(static_cast<void*>(p), &h, sizeof h);
+    return;
+  }
+#endif
   u32x4 bits = (u32x4)x;
   if constexpr (std::is_same_v<T, half>) {
     bits = float_to_half_nearest_lanes(bits);  // exact: x holds fp16 values
@@ -169,7 +180,11 @@ template <class T>
 inline f32x4 narrow_round(f32x4 x) {
   const u32x4 u = (u32x4)x;
   if constexpr (std::is_same_v<T, half>) {
+#if PRECIS_NEON_HALF
+    return half_to_float_neon(float_to_half_neon(x));
+#else
     return (f32x4)half_to_float_lanes(float_to_half_nearest_lanes(u));
+#endif
   } else {
     const u32x4 r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
     const u32x4 nan = lanes_greater(u & 0x7fffffffu, u32x4{} + 0x7f800000u);
@@ -190,11 +205,16 @@ inline volatile float narrow_half_step = 0.5f;
 ///   (`least`: fp16's subnormal step 2^-24 is 0.5's ulp): the sum keeps fp16's bits of x rounded to
 ///   nearest even in the default rounding mode, and subtracting s is exact. `reach` keeps the
 ///   largest s: from 2^28 on, some x was 2^15 or more, infinite or NaN, where this is not
-///   fp16's rounding, and the tile is computed again by the scalar tile.
+///   fp16's rounding, and the tile is computed again by the scalar tile. On aarch64, fcvtn and
+///   fcvtl: fp16's rounding for every x, so `reach` stays zero.
 template <class T>
 inline f32x4 narrow_round_step(f32x4 x, f32x4& reach, f32x4 least) {
   const u32x4 u = (u32x4)x;
   if constexpr (std::is_same_v<T, half>) {
+#if PRECIS_NEON_HALF
+    (void)u, (void)reach, (void)least;
+    return half_to_float_neon(float_to_half_neon(x));
+#endif
     f32x4 s = (f32x4)(u & 0x7f800000u) * 0x1p13f;
     s = s > least ? s : least;
     reach = reach > s ? reach : s;
@@ -241,7 +261,7 @@ void vector_narrow_tile_kernel(index_t kc, const T* a, const T* b, T* c, index_t
         acc[i][j] = narrow_round_step<T>(acc[i][j] + narrow_round_step<T>(ai * bv[j], reach, least), reach, least);
     }
   }
-  if constexpr (std::is_same_v<T, half>) {
+  if constexpr (std::is_same_v<T, half> && !PRECIS_NEON_HALF) {
     if (reach[0] >= 0x1p28f || reach[1] >= 0x1p28f || reach[2] >= 0x1p28f || reach[3] >= 0x1p28f) {
       generic_tile_kernel<T, static_cast<index_t>(R), static_cast<index_t>(N)>(kc, a_panel, b_panel, c, rs_c, cs_c, mr,
                                                                                 nr, alpha, beta);
