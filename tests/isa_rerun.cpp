@@ -13,6 +13,7 @@
 #if PRECIS_X86_SIMD
 #include "precis/format/convert_x86.hpp"
 #endif
+#include "precis/tensor/gemm/kernel_neon_fp16.hpp"
 
 namespace {
 
@@ -28,8 +29,8 @@ class IsaRerun : public ::testing::Environment {
       GTEST_SKIP() << "PRECIS_ISA=" << cap << " caps nothing on this machine (its level is "
                    << machine_level()
                    << "; 3 = AVX-512F with AVX512-BF16 or AVX512-FP16, 2 = AVX-512F, 1 = AVX2, 0 = "
-                      "portable code "
-                      "only): the run without the cap took these paths";
+                      "portable code only; on aarch64, 1 = FEAT_FP16's native fp16 tile): the run "
+                      "without the cap took these paths";
     }
   }
 
@@ -38,6 +39,8 @@ class IsaRerun : public ::testing::Environment {
 #if PRECIS_X86_SIMD
     namespace d = precis::detail;
     return d::cpu_avx512_bf16_present() || d::cpu_avx512_fp16_present() ? 3 : d::cpu_isa_level();
+#elif PRECIS_NEON_FP16_KERNEL
+    return precis::detail::cpu_neon_fp16_present() ? 1 : 0;  // PRECIS_ISA=portable leaves out its fp16 tile
 #else
     return 0;  // not x86, or PRECIS_NO_SIMD: portable code only
 #endif

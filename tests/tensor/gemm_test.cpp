@@ -724,13 +724,15 @@ T random_16bit(std::mt19937_64& g, unsigned lo, unsigned hi) {
 }
 
 #if PRECIS_VECTOR_EXT
-/// The portable 16-bit tile and the scalar tile on the same packed panels: every C entry's
-/// bits (NaNs as NaNs, and bf16's always the quiet 0x7fc0 with a sign).
-template <class T>
+/// A 16-bit tile (the portable one unless `tile` names another, of R x N) and the scalar tile
+/// on the same packed panels: every C entry's bits (NaNs as NaNs, and bf16's always the quiet
+/// 0x7fc0 with a sign).
+template <class T, index_t R = static_cast<index_t>(detail::narrow_tile_shape::rows),
+          index_t N = static_cast<index_t>(detail::narrow_tile_shape::cols)>
 void expect_narrow_tile_is_scalar_tile(std::mt19937_64& g, index_t kc, index_t mr, index_t nr, bool strided, T alpha,
-                                       T beta, unsigned lo, unsigned hi) {
-  using S = detail::narrow_tile_shape;
-  constexpr index_t R = S::rows, N = S::cols;
+                                       T beta, unsigned lo, unsigned hi,
+                                       void (*tile)(index_t, const T*, const T*, T*, index_t, index_t, index_t, index_t, T,
+                                                    T) = &detail::vector_narrow_tile_kernel<T>) {
   std::vector<T> a(static_cast<std::size_t>(kc * R)), b(static_cast<std::size_t>(kc * N));
   for (auto& x : a) x = random_16bit<T>(g, lo, hi);
   for (auto& x : b) x = random_16bit<T>(g, lo, hi);
@@ -738,7 +740,7 @@ void expect_narrow_tile_is_scalar_tile(std::mt19937_64& g, index_t kc, index_t m
   std::vector<T> c0(static_cast<std::size_t>(R * (N + 3) + N * (R + 2)));
   for (auto& x : c0) x = random_16bit<T>(g, std::is_same_v<T, half> ? 12 : 124, std::is_same_v<T, half> ? 17 : 129);
   auto vec = c0, ref = c0;
-  detail::vector_narrow_tile_kernel<T>(kc, a.data(), b.data(), vec.data(), rs, cs, mr, nr, alpha, beta);
+  tile(kc, a.data(), b.data(), vec.data(), rs, cs, mr, nr, alpha, beta);
   detail::generic_tile_kernel<T, R, N>(kc, a.data(), b.data(), ref.data(), rs, cs, mr, nr, alpha, beta);
   for (std::size_t i = 0; i < c0.size(); ++i) {
     const auto v = std::bit_cast<std::uint16_t>(vec[i]), r = std::bit_cast<std::uint16_t>(ref[i]);
@@ -794,6 +796,35 @@ TEST(GemmKernels, Portable16BitTileIsTheScalarTile) {
           expect_narrow_tile_is_scalar_tile<bfloat16>(g, kc, mr, nr, strided, bfloat16(1), bfloat16(0), r.blo, r.bhi);
           expect_narrow_tile_is_scalar_tile<bfloat16>(g, kc, mr, nr, strided, bfloat16(1.3f), bfloat16(-0.7f), r.blo,
                                                       r.bhi);
+        }
+      }
+    }
+  }
+#endif
+}
+
+/// The fp16 tile in native fp16 lanes (aarch64 with FEAT_FP16: fmul and fadd on eight lanes)
+/// against the scalar tile in fp16's own arithmetic, as the portable tile above; and the GEMM
+/// chooses it.
+TEST(GemmKernels, NeonFp16TileIsTheScalarTile) {
+#if !PRECIS_NEON_FP16_KERNEL
+  GTEST_SKIP() << "not built here: the native fp16 tile is aarch64's (GCC, or -march=armv8.2-a+fp16)";
+#else
+  if (!detail::cpu_has_neon_fp16()) {
+    GTEST_SKIP() << "this CPU has no FEAT_FP16 (HWCAP_ASIMDHP), or PRECIS_ISA=portable";
+  }
+  constexpr index_t R = detail::neon_fp16_tile_shape::rows, N = detail::neon_fp16_tile_shape::cols;
+  ASSERT_EQ(detail::select_kernel<half>(gemm_isa_available()).tile, &detail::neon_fp16_tile_kernel);
+  std::mt19937_64 g(2027);
+  // near 1 with subnormal products; tiny; sums past 2^15; overflowing products; every field
+  for (const auto& [lo, hi] : {std::pair{10u, 17u}, {0u, 6u}, {14u, 21u}, {16u, 25u}, {0u, 31u}}) {
+    for (index_t kc : {1, 5, 128}) {
+      for (auto [mr, nr] : {std::pair{R, N}, {R - 1, N}, {1, 3}, {R, N - 5}}) {
+        for (bool strided : {false, true}) {
+          expect_narrow_tile_is_scalar_tile<half, R, N>(g, kc, mr, nr, strided, half(1), half(0), lo, hi,
+                                                        &detail::neon_fp16_tile_kernel);
+          expect_narrow_tile_is_scalar_tile<half, R, N>(g, kc, mr, nr, strided, half(-0.75f), half(0.3f), lo, hi,
+                                                        &detail::neon_fp16_tile_kernel);
         }
       }
     }

@@ -47,6 +47,7 @@
 #include "precis/tensor/gemm/kernel_avx512.hpp"
 #include "precis/tensor/gemm/kernel_avx512_bf16.hpp"
 #include "precis/tensor/gemm/kernel_avx512_fp16.hpp"
+#include "precis/tensor/gemm/kernel_neon_fp16.hpp"
 #include "precis/tensor/gemm/kernel_amx_bf16.hpp"
 #include "precis/tensor/gemm/kernel_small.hpp"
 #include "precis/tensor/gemm/kernel_vector.hpp"
@@ -470,6 +471,12 @@ gemm_kernel<Acc, Acc> select_kernel(gemm_isa isa) {
     constexpr auto mr = static_cast<index_t>(vector_tile_shape<Acc>::rows), nr = static_cast<index_t>(vector_tile_shape<Acc>::cols);
     return {&vector_tile_kernel<Acc>, {mr, nr, 20 * mr, 128, 64 * nr}};
   }
+#if PRECIS_NEON_FP16_KERNEL
+  if constexpr (std::is_same_v<Acc, half>) {  // native fp16 lanes: the portable tile's bits
+    constexpr index_t mr = neon_fp16_tile_shape::rows, nr = neon_fp16_tile_shape::cols;
+    if (cpu_has_neon_fp16()) return {&neon_fp16_tile_kernel, {mr, nr, 16 * mr, 128, 64 * nr}};
+  }
+#endif
   if constexpr (std::is_same_v<Acc, half> || std::is_same_v<Acc, bfloat16>) {
     // kc 128 as the scalar tile's: the same K blocks, so the same bits
     constexpr auto mr = static_cast<index_t>(narrow_tile_shape::rows), nr = static_cast<index_t>(narrow_tile_shape::cols);

@@ -1,6 +1,7 @@
 // precis's aarch64 paths against the scalar ones, run under QEMU on an x86-64 machine (or on an
 // aarch64 machine itself): fp16 widened and rounded by Advanced SIMD's conversions (fcvtl,
-// fcvtn) and the portable fp16 GEMM tile that rounds with them. Exits 1 on the first difference.
+// fcvtn), the portable fp16 GEMM tile that rounds with them, and the tile in native fp16 lanes
+// where the CPU has FEAT_FP16 (QEMU's default CPU has). Exits 1 after any difference.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -75,11 +76,12 @@ half random_half(std::mt19937_64& g, unsigned lo, unsigned hi) {
       static_cast<std::uint16_t>((g() & 1u) << 15 | e << 10 | (g() & 0x3ffu)));
 }
 
-/// The portable fp16 tile against the scalar tile in fp16's own arithmetic on the same panels:
-/// full and ragged tiles, alpha and beta, sums that overflow; NaNs compared as NaNs.
-void tile() {
-  using S = precis::detail::narrow_tile_shape;
-  constexpr index_t R = S::rows, N = S::cols;
+/// An fp16 tile of R x N (the portable one, or the native one of FEAT_FP16) against the scalar
+/// tile in fp16's own arithmetic on the same panels: full and ragged tiles, alpha and beta, sums
+/// that overflow; NaNs compared as NaNs.
+template <index_t R, index_t N>
+void tile(const char* name, void (*kernel)(index_t, const half*, const half*, half*, index_t, index_t, index_t, index_t,
+                                           half, half)) {
   std::mt19937_64 g(7);
   struct range {
     unsigned lo, hi;
@@ -88,26 +90,20 @@ void tile() {
     for (index_t kc : {1, 5, 128}) {
       for (index_t mr : {R, R - 3}) {
         for (index_t nr : {N, N - 1}) {
-          std::vector<half> a(static_cast<std::size_t>(kc * R)),
-              b(static_cast<std::size_t>(kc * N));
+          std::vector<half> a(static_cast<std::size_t>(kc * R)), b(static_cast<std::size_t>(kc * N));
           for (auto& x : a) x = random_half(g, r.lo, r.hi);
           for (auto& x : b) x = random_half(g, r.lo, r.hi);
           std::vector<half> c0(static_cast<std::size_t>(R * (N + 3)));
           for (auto& x : c0) x = random_half(g, 12, 17);
           for (const half beta : {half(0), half(0.3f)}) {
             auto vec = c0, ref = c0;
-            precis::detail::vector_narrow_tile_kernel<half>(kc, a.data(), b.data(), vec.data(),
-                                                            N + 3, 1, mr, nr, half(-0.75f), beta);
-            precis::detail::generic_tile_kernel<half, R, N>(kc, a.data(), b.data(), ref.data(),
-                                                            N + 3, 1, mr, nr, half(-0.75f), beta);
+            kernel(kc, a.data(), b.data(), vec.data(), N + 3, 1, mr, nr, half(-0.75f), beta);
+            precis::detail::generic_tile_kernel<half, R, N>(kc, a.data(), b.data(), ref.data(), N + 3, 1, mr, nr,
+                                                            half(-0.75f), beta);
             for (std::size_t i = 0; i < c0.size(); ++i) {
-              const auto v = std::bit_cast<std::uint16_t>(vec[i]),
-                         w = std::bit_cast<std::uint16_t>(ref[i]);
-              const bool nans =
-                  std::isnan(static_cast<float>(vec[i])) && std::isnan(static_cast<float>(ref[i]));
-              if (v != w && !nans)
-                fail("fp16 tile",
-                     static_cast<unsigned long long>(kc * 1000 + static_cast<index_t>(i)), v, w);
+              const auto v = std::bit_cast<std::uint16_t>(vec[i]), w = std::bit_cast<std::uint16_t>(ref[i]);
+              const bool nans = std::isnan(static_cast<float>(vec[i])) && std::isnan(static_cast<float>(ref[i]));
+              if (v != w && !nans) fail(name, static_cast<unsigned long long>(kc * 1000 + static_cast<index_t>(i)), v, w);
             }
           }
         }
@@ -125,10 +121,20 @@ int main() {
 #else
   widening();
   rounding();
-  tile();
-  std::printf("%s: fp16 conversions (%s) and the portable fp16 tile, %d differences\n",
-              failures == 0 ? "passed" : "FAILED",
-              PRECIS_NEON_HALF ? "fcvtl, fcvtn" : "integer lanes", failures);
+  using S = precis::detail::narrow_tile_shape;
+  tile<static_cast<index_t>(S::rows), static_cast<index_t>(S::cols)>("portable fp16 tile",
+                                                                   &precis::detail::vector_narrow_tile_kernel<half>);
+  bool native = false;
+#if PRECIS_NEON_FP16_KERNEL
+  if (precis::detail::cpu_has_neon_fp16()) {
+    using F = precis::detail::neon_fp16_tile_shape;
+    tile<F::rows, F::cols>("native fp16 tile", &precis::detail::neon_fp16_tile_kernel);
+    native = true;
+  }
+#endif
+  std::printf("%s: fp16 conversions (%s), the portable fp16 tile%s, %d differences\n",
+              failures == 0 ? "passed" : "FAILED", PRECIS_NEON_HALF ? "fcvtl, fcvtn" : "integer lanes",
+              native ? " and the native one (FEAT_FP16)" : " (no FEAT_FP16 here)", failures);
   return failures == 0 ? 0 : 1;
 #endif
 }
