@@ -26,6 +26,15 @@
 #define PRECIS_VECTOR_EXT 0
 #endif
 
+// aarch64's Advanced SIMD through <arm_neon.h> (every aarch64 CPU has it): fp16 conversions
+// (format/convert_portable.hpp), the vectorized exp (tensor/detail/vexp.hpp), and the fp16 GEMM
+// tile where the CPU has FEAT_FP16 (tensor/gemm/kernel_neon_fp16.hpp).
+#if defined(__aarch64__) && defined(__ARM_NEON) && PRECIS_VECTOR_EXT
+#define PRECIS_AARCH64_NEON 1
+#else
+#define PRECIS_AARCH64_NEON 0
+#endif
+
 // A loop whose iterations are independent, told to GCC's vectorizer (Clang's equivalent warns
 // wherever a loop cannot be vectorized, as with multiprecision types, so it is left out).
 #if defined(__GNUC__) && !defined(__clang__)

@@ -1,6 +1,9 @@
 // The vectorized exp (detail/vexp.hpp) against double-precision exp, over random and
 // structured inputs, with an error bound derived from the algorithm.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <vector>
@@ -42,7 +45,51 @@ void expect_close(const std::vector<float>& x) {
   std::printf("worst error %.3f u\n", worst);
 }
 
+/// The kernels' operations on one float, written out with std::fma for their fused
+/// multiply-adds (exp8_avx2 and exp4_neon compute exactly this in each lane).
+float exp_model(float x) {
+  if (std::isnan(x)) return x;
+  const float xc = std::min(std::max(x, -104.0f), 89.0f);
+  const float n = std::nearbyint(xc * 1.44269504088896341f);  // to nearest even
+  float r = std::fma(-n, 0.693359375f, xc);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.0f / 5040.0f;
+  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) p = std::fma(p, r, c);
+  const int ni = static_cast<int>(n), n1 = ni >> 1, n2 = ni - n1;
+  const float s1 = std::bit_cast<float>(static_cast<std::uint32_t>(n1 + 127) << 23);
+  const float s2 = std::bit_cast<float>(static_cast<std::uint32_t>(n2 + 127) << 23);
+  return (p * s1) * s2;
+}
+
 }  // namespace
+
+/// The vector kernels (AVX2 on x86-64, Advanced SIMD on aarch64) are one algorithm: each gives
+/// the written-out model's bits, so a program's softmax is the same on both.
+TEST(VectorExp, KernelsAreTheScalarModelBitForBit) {
+#if PRECIS_X86_SIMD
+  if (!detail::cpu_has_avx2_fma()) {
+    GTEST_SKIP() << "no AVX2 and FMA here (or PRECIS_ISA caps them): exp_floats is the C library's expf";
+  }
+#elif !PRECIS_AARCH64_NEON
+  GTEST_SKIP() << "no vector exp kernel on this target: exp_floats is the C library's expf";
+#endif
+  std::vector<float> x;
+  xoshiro256pp gen(11);
+  for (int i = 0; i < (1 << 20); ++i) x.push_back(-110.0f + 205.0f * static_cast<float>(gen() >> 40) * 0x1p-24f);
+  for (int i = 0; i < (1 << 16); ++i) {  // any bit pattern: tiny, huge, infinite, NaN with any payload
+    x.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(gen() >> 32)));
+  }
+  for (std::uint32_t b = 0x42b17000u; b < 0x42b18000u; ++b) x.push_back(std::bit_cast<float>(b));  // overflow threshold
+  for (std::uint32_t b = 0xc2cf0000u; b < 0xc2d00000u; ++b) x.push_back(std::bit_cast<float>(b));  // -103.5 .. -104
+  std::vector<float> y(x.size());
+  detail::exp_floats(y.data(), x.data(), static_cast<index_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float want = exp_model(x[i]);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(want))
+        << "exp(" << x[i] << " = 0x" << std::hex << std::bit_cast<std::uint32_t>(x[i]) << ") = " << y[i] << ", the model's "
+        << want;
+  }
+}
 
 TEST(VectorExp, RandomArgumentsWithinBound) {
   std::vector<float> x(1 << 20);

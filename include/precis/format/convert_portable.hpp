@@ -26,11 +26,8 @@
 // Windows give every thread (round to nearest even, no flush to zero, IEEE half precision:
 // AHP clear, NaNs propagated: DN clear): a NaN keeps its sign and leading payload bits and is
 // made quiet, as F16C does on x86-64.
-#if PRECIS_VECTOR_EXT && defined(__aarch64__) && defined(__ARM_NEON)
+#if PRECIS_AARCH64_NEON
 #include <arm_neon.h>
-#define PRECIS_NEON_HALF 1
-#else
-#define PRECIS_NEON_HALF 0
 #endif
 
 namespace precis::detail {
@@ -42,7 +39,7 @@ typedef std::uint16_t u16x4 __attribute__((vector_size(8)));
 typedef float f32x4 __attribute__((vector_size(16)));
 #endif
 
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
 /// Four fp16 patterns as floats (fcvtl): exact, a NaN made quiet.
 inline f32x4 half_to_float_neon(u16x4 h) {
   return (f32x4)vcvt_f32_f16(vreinterpret_f16_u16((uint16x4_t)h));
@@ -200,7 +197,7 @@ inline void narrow_16_portable(const float* src, std::uint16_t* dst, std::size_t
 }
 
 inline void half_to_float_portable(const std::uint16_t* src, float* dst, std::size_t n) {
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     u16x4 h;
@@ -222,7 +219,7 @@ inline void bf16_to_float_portable(const std::uint16_t* src, float* dst, std::si
   widen_16_portable(src, dst, n, [](auto h) { return bf16_to_float_lanes(h); });
 }
 inline void float_to_half_nearest_portable(const float* src, std::uint16_t* dst, std::size_t n) {
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     f32x4 f;

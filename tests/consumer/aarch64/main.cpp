@@ -133,7 +133,7 @@ int main() {
   }
 #endif
   std::printf("%s: fp16 conversions (%s), the portable fp16 tile%s, %d differences\n",
-              failures == 0 ? "passed" : "FAILED", PRECIS_NEON_HALF ? "fcvtl, fcvtn" : "integer lanes",
+              failures == 0 ? "passed" : "FAILED", PRECIS_AARCH64_NEON ? "fcvtl, fcvtn" : "integer lanes",
               native ? " and the native one (FEAT_FP16)" : " (no FEAT_FP16 here)", failures);
   return failures == 0 ? 0 : 1;
 #endif

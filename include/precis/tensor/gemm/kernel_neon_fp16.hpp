@@ -27,7 +27,7 @@
 #include "precis/config.hpp"
 #include "precis/format/convert_portable.hpp"
 
-#if PRECIS_NEON_HALF && (defined(__linux__) || defined(__APPLE__)) && \
+#if PRECIS_AARCH64_NEON && (defined(__linux__) || defined(__APPLE__)) && \
     ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10) ||  \
      defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC))
 #define PRECIS_NEON_FP16_KERNEL 1

@@ -142,7 +142,7 @@ template <class T>
 inline f32x4 narrow_widen4(const T* p) {
   u16x4 h;
   std::memcpy(&h, p, sizeof h);
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
   if constexpr (std::is_same_v<T, half>) return half_to_float_neon(h);
 #endif
   const u32x4 w = __builtin_convertvector(h, u32x4);
@@ -156,7 +156,7 @@ inline f32x4 narrow_widen4(const T* p) {
 /// Floats of the 16-bit T (values of T, or rounded to T by narrow_round) stored as T at p.
 template <class T>
 inline void narrow_store4(T* p, f32x4 x) {
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
   if constexpr (std::is_same_v<T, half>) {
     const u16x4 h = float_to_half_neon(x);  // exact: x holds fp16 values
     std::memcpy(static_cast<void*>(p), &h, sizeof h);
@@ -180,7 +180,7 @@ template <class T>
 inline f32x4 narrow_round(f32x4 x) {
   const u32x4 u = (u32x4)x;
   if constexpr (std::is_same_v<T, half>) {
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
     return half_to_float_neon(float_to_half_neon(x));
 #else
     return (f32x4)half_to_float_lanes(float_to_half_nearest_lanes(u));
@@ -211,7 +211,7 @@ template <class T>
 inline f32x4 narrow_round_step(f32x4 x, f32x4& reach, f32x4 least) {
   const u32x4 u = (u32x4)x;
   if constexpr (std::is_same_v<T, half>) {
-#if PRECIS_NEON_HALF
+#if PRECIS_AARCH64_NEON
     (void)u, (void)reach, (void)least;
     return half_to_float_neon(float_to_half_neon(x));
 #endif
@@ -261,7 +261,7 @@ void vector_narrow_tile_kernel(index_t kc, const T* a, const T* b, T* c, index_t
         acc[i][j] = narrow_round_step<T>(acc[i][j] + narrow_round_step<T>(ai * bv[j], reach, least), reach, least);
     }
   }
-  if constexpr (std::is_same_v<T, half> && !PRECIS_NEON_HALF) {
+  if constexpr (std::is_same_v<T, half> && !PRECIS_AARCH64_NEON) {
     if (reach[0] >= 0x1p28f || reach[1] >= 0x1p28f || reach[2] >= 0x1p28f || reach[3] >= 0x1p28f) {
       generic_tile_kernel<T, static_cast<index_t>(R), static_cast<index_t>(N)>(kc, a_panel, b_panel, c, rs_c, cs_c, mr,
                                                                                 nr, alpha, beta);
