@@ -92,5 +92,5 @@ fuzz:
 	cmake -S tests/fuzz -B build/fuzz -DPRECIS_SOURCE_DIR=$(CURDIR) -DCMAKE_CXX_COMPILER=clang++
 	cmake --build build/fuzz -j $(JOBS)
 	cd build/fuzz && (cmake -DFUZZ_SECONDS=$(FUZZ_SECONDS) -DCORPUS_DIR=$(CURDIR)/tests/fuzz/corpus -DTARGETS="idx;policy" -P $(CURDIR)/tests/fuzz/run.cmake > run1.log 2>&1 & \
-	  cmake -DFUZZ_SECONDS=$(FUZZ_SECONDS) -DCORPUS_DIR=$(CURDIR)/tests/fuzz/corpus -DTARGETS="checkpoint;shape" -P $(CURDIR)/tests/fuzz/run.cmake > run2.log 2>&1; \
+	  cmake -DFUZZ_SECONDS=$(FUZZ_SECONDS) -DCORPUS_DIR=$(CURDIR)/tests/fuzz/corpus -DTARGETS="checkpoint;shape;ops" -P $(CURDIR)/tests/fuzz/run.cmake > run2.log 2>&1; \
 	  r2=$$?; wait $$!; r1=$$?; grep -h '^fuzz_' run1.log run2.log; test $$r1 -eq 0 && test $$r2 -eq 0)

@@ -356,6 +356,48 @@ TEST(OpLayerReference, AttentionMatchesDefinition) {
   }
 }
 
+/// q and k of width 0 with a scale given: every score is 0, so each query attends uniformly
+/// to the keys it sees (causal: its first i + 1). y is the mean of those rows of v and v's
+/// gradient, for y's gradient 1, sums 1/a over the queries that see the key. Each probability is
+/// 1/a rounded once (e^0 and a are exact), so y's a products and a - 1 sums leave it within
+/// gamma_2a max|v| of the mean, and v's gradient (at most Tq terms 1/a, each within u) within
+/// gamma_2Tq of its sum. The default scale, 1/sqrt(0), is refused.
+TEST(OpLayerReference, AttentionOfZeroWidthAttendsUniformly) {
+  using P = pol::named<"32-true">;
+  const index_t b = 2, tq = 3, tk = 4, dv = 2;
+  const auto v = astype<float>(uniform({b, tk, dv}, -1, 1, 320));
+  const double u = unit_roundoff<float>();
+  const auto gamma = [&](double n) { return n * u / (1 - n * u); };
+  for (const bool causal : {false, true}) {
+    Tape<P> t;
+    const auto vv = t.input(v, true);
+    const auto y = attention(t.input(Tensor<float>(Shape{b, tq, 0})), t.input(Tensor<float>(Shape{b, tk, 0})), vv, {causal, 1.0});
+    ASSERT_EQ(y.shape(), (Shape{b, tq, dv}));
+    t.backward(sum(y));
+    const auto gv = vv.grad();
+    for (index_t n = 0; n < b; ++n) {
+      for (index_t i = 0; i < tq; ++i) {
+        const index_t a = causal ? std::min(tk, i + 1) : tk;
+        for (index_t c = 0; c < dv; ++c) {
+          double mean = 0;
+          for (index_t j = 0; j < a; ++j) mean += static_cast<double>(v(n, j, c)) / static_cast<double>(a);
+          EXPECT_NEAR(y.value()(n, i, c), mean, gamma(2.0 * static_cast<double>(a))) << "causal " << causal;
+        }
+      }
+      for (index_t j = 0; j < tk; ++j) {
+        double want = 0;
+        for (index_t i = 0; i < tq; ++i) {
+          const index_t a = causal ? std::min(tk, i + 1) : tk;
+          if (j < a) want += 1.0 / static_cast<double>(a);
+        }
+        for (index_t c = 0; c < dv; ++c) {
+          EXPECT_NEAR(gv(n, j, c), want, gamma(2.0 * static_cast<double>(tq)) * want) << "causal " << causal << " key " << j;
+        }
+      }
+    }
+  }
+}
+
 /// attention with H heads side by side in the last axis against the definition head by head
 /// (in double), and bit for bit against the heads split into an axis of their own, attended and
 /// merged back (permutes and copies): outputs and the gradients of q, k and v, under 32-true and
@@ -651,6 +693,9 @@ TEST(OpLayerErrors, NameTheOpShapesAndExpectation) {
   expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 6}), Tensor<float>(Shape{2, 3, 6}),
                                                      Tensor<float>(Shape{2, 3, 6}), {false, 0, 0}); },
                             {"precis::attention", "heads >= 1"});
+  expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 0}), Tensor<float>(Shape{2, 3, 0}),
+                                                     Tensor<float>(Shape{2, 3, 4})); },
+                            {"precis::attention", "q [2, 3, 0]", "D >= 1 for the scale 1/sqrt(D)"});
   const std::vector<std::int64_t> idx{0, 7};
   expect_error<invalid_argument>([&] { (void)embedding<P>(Tensor<float>(Shape{5, 2}), idx, Shape{2}); },
                                  {"precis::embedding", "index 7", "[0, 5)", "[5, 2]"});

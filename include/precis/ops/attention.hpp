@@ -73,6 +73,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     }
     if (k[r - 2] == 0) fail("at least one key");
     if (!(a.scale >= 0) || !std::isfinite(a.scale)) fail("a finite scale >= 0 (0: 1/sqrt(D))");
+    if (a.scale == 0 && q[r - 1] == 0) fail("D >= 1 for the scale 1/sqrt(D), or a scale given");
     Shape s = q;
     s[r - 1] = v[r - 1];
     return s;
@@ -83,6 +84,14 @@ struct attention : def<policy::safety::low_precision_safe> {
     using Acc = typename T::accumulator;
     using std::sqrt;
     return a.scale > 0 ? Acc(a.scale) : Acc(Acc(1) / Acc(sqrt(Acc(static_cast<double>(d)))));
+  }
+
+  /// The matrices the op multiplies: q's leading axes' entries times the heads (counted from
+  /// the shape, so that a q of width 0 still has them).
+  static index_t matrices(const attrs& a, const Shape& q) {
+    index_t n = a.heads;
+    for (int i = 0; i + 2 < q.rank(); ++i) n *= q[i];
+    return n;
   }
 
   /// The probabilities' shape: q's leading axes, the heads (when more than one), [Tq, Tk].
@@ -105,7 +114,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     sv.v = ctx.template as<L>(v, true);
     const int r = q.rank();
     const index_t h = a.heads, tq = q.shape()[r - 2], tk = k.shape()[r - 2], dv = v.shape()[r - 1] / h;
-    const index_t batch = q.size() / std::max<index_t>(1, tq * q.shape()[r - 1]) * h;  // matrices: entries x heads
+    const index_t batch = tq == 0 ? 0 : matrices(a, q.shape());
     const auto p = ctx.saving() ? ctx.template keep<Acc>(probabilities_shape(a, q.shape(), tk))
                                 : ctx.template temp<Acc>(probabilities_shape(a, q.shape(), tk));
     // the probabilities rounded to L, and the second product in Acc, each through a workspace
@@ -117,7 +126,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     const auto acc = round_y ? ctx.template temp<Acc>(Shape{tq, h * dv}) : TensorView<Acc>();
     const Acc scale = scale_of<T>(a, q.shape()[r - 1] / h);
     using detail::ad::head_matrix;
-    for (index_t b = 0; b < (q.size() == 0 ? 0 : batch); ++b) {
+    for (index_t b = 0; b < batch; ++b) {
       const auto s = detail::ad::matrix(p, b);
       ctx.gemm(s, head_matrix(sv.q, b, h), head_matrix(sv.k, b, h).transpose(), false);
       ctx.attention_probabilities(s, scale, a.causal);
@@ -148,7 +157,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     const auto& [gq, gk, gv] = gx;
     const int r = sv.q.rank();
     const index_t h = a.heads, tq = sv.q.shape()[r - 2], tk = sv.k.shape()[r - 2];
-    const index_t batch = sv.q.size() / std::max<index_t>(1, tq * sv.q.shape()[r - 1]) * h;
+    const index_t batch = tq == 0 ? 0 : matrices(a, sv.q.shape());
     const Acc scale = scale_of<T>(a, sv.q.shape()[r - 1] / h);
     using detail::ad::head_matrix;
     // Each head's gradients go straight into a gradient of the accumulator's type (ctx.gemm
@@ -171,7 +180,7 @@ struct attention : def<policy::safety::low_precision_safe> {
     constexpr bool round_p = !std::is_same_v<L, Acc>;
     const auto pl = round_p ? ctx.template temp<L>(Shape{tq, tk}) : TensorView<L>();
     const auto ds = ctx.template temp<Acc>(Shape{tq, tk});
-    for (index_t b = 0; b < (sv.q.size() == 0 ? 0 : batch); ++b) {
+    for (index_t b = 0; b < batch; ++b) {
       const auto p = detail::ad::matrix(sv.p, b);
       const auto g = head_matrix(gy, b, h);
       if (gv.data()) {  // dV += P^T dO, with P as the product used it
