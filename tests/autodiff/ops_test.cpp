@@ -371,7 +371,8 @@ TEST(OpLayerReference, AttentionOfZeroWidthAttendsUniformly) {
   for (const bool causal : {false, true}) {
     Tape<P> t;
     const auto vv = t.input(v, true);
-    const auto y = attention(t.input(Tensor<float>(Shape{b, tq, 0})), t.input(Tensor<float>(Shape{b, tk, 0})), vv, {causal, 1.0});
+    const auto y = attention(t.input(Tensor<float>(Shape{b, tq, 0})),
+                             t.input(Tensor<float>(Shape{b, tk, 0})), vv, {causal, 1.0});
     ASSERT_EQ(y.shape(), (Shape{b, tq, dv}));
     t.backward(sum(y));
     const auto gv = vv.grad();
@@ -380,8 +381,10 @@ TEST(OpLayerReference, AttentionOfZeroWidthAttendsUniformly) {
         const index_t a = causal ? std::min(tk, i + 1) : tk;
         for (index_t c = 0; c < dv; ++c) {
           double mean = 0;
-          for (index_t j = 0; j < a; ++j) mean += static_cast<double>(v(n, j, c)) / static_cast<double>(a);
-          EXPECT_NEAR(y.value()(n, i, c), mean, gamma(2.0 * static_cast<double>(a))) << "causal " << causal;
+          for (index_t j = 0; j < a; ++j)
+            mean += static_cast<double>(v(n, j, c)) / static_cast<double>(a);
+          EXPECT_NEAR(y.value()(n, i, c), mean, gamma(2.0 * static_cast<double>(a)))
+              << "causal " << causal;
         }
       }
       for (index_t j = 0; j < tk; ++j) {
@@ -391,7 +394,8 @@ TEST(OpLayerReference, AttentionOfZeroWidthAttendsUniformly) {
           if (j < a) want += 1.0 / static_cast<double>(a);
         }
         for (index_t c = 0; c < dv; ++c) {
-          EXPECT_NEAR(gv(n, j, c), want, gamma(2.0 * static_cast<double>(tq)) * want) << "causal " << causal << " key " << j;
+          EXPECT_NEAR(gv(n, j, c), want, gamma(2.0 * static_cast<double>(tq)) * want)
+              << "causal " << causal << " key " << j;
         }
       }
     }
@@ -693,9 +697,12 @@ TEST(OpLayerErrors, NameTheOpShapesAndExpectation) {
   expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 6}), Tensor<float>(Shape{2, 3, 6}),
                                                      Tensor<float>(Shape{2, 3, 6}), {false, 0, 0}); },
                             {"precis::attention", "heads >= 1"});
-  expect_error<shape_error>([&] { (void)attention<P>(Tensor<float>(Shape{2, 3, 0}), Tensor<float>(Shape{2, 3, 0}),
-                                                     Tensor<float>(Shape{2, 3, 4})); },
-                            {"precis::attention", "q [2, 3, 0]", "D >= 1 for the scale 1/sqrt(D)"});
+  expect_error<shape_error>(
+      [&] {
+        (void)attention<P>(Tensor<float>(Shape{2, 3, 0}), Tensor<float>(Shape{2, 3, 0}),
+                           Tensor<float>(Shape{2, 3, 4}));
+      },
+      {"precis::attention", "q [2, 3, 0]", "D >= 1 for the scale 1/sqrt(D)"});
   const std::vector<std::int64_t> idx{0, 7};
   expect_error<invalid_argument>([&] { (void)embedding<P>(Tensor<float>(Shape{5, 2}), idx, Shape{2}); },
                                  {"precis::embedding", "index 7", "[0, 5)", "[5, 2]"});

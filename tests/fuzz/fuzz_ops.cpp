@@ -16,11 +16,10 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <precis/precis.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <precis/precis.hpp>
 
 namespace {
 
@@ -37,7 +36,9 @@ struct bytes {
     return *p++;
   }
   /// lo..hi, each about equally likely.
-  index_t pick(index_t lo, index_t hi) { return lo + static_cast<index_t>(next() % static_cast<unsigned>(hi - lo + 1)); }
+  index_t pick(index_t lo, index_t hi) {
+    return lo + static_cast<index_t>(next() % static_cast<unsigned>(hi - lo + 1));
+  }
 };
 
 [[noreturn]] void fail(const std::string& what) {
@@ -62,7 +63,9 @@ std::uint64_t mix(std::uint64_t x) {  // SplitMix64's finalizer
 /// n multiples of 2^-6 in [-63/64, 63/64] from seed.
 std::vector<double> small_values(std::uint64_t seed, index_t n) {
   std::vector<double> v(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = (static_cast<double>(mix(seed * 1000003u + static_cast<std::uint64_t>(i)) % 127) - 63) / 64;
+  for (index_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] =
+        (static_cast<double>(mix(seed * 1000003u + static_cast<std::uint64_t>(i)) % 127) - 63) / 64;
   return v;
 }
 
@@ -70,15 +73,19 @@ std::vector<double> small_values(std::uint64_t seed, index_t n) {
 std::vector<double> distinct_values(std::uint64_t seed, index_t n) {
   std::vector<int> k(511);
   for (int i = 0; i < 511; ++i) k[static_cast<std::size_t>(i)] = i - 255;
-  for (int i = 510; i > 0; --i) std::swap(k[static_cast<std::size_t>(i)], k[mix(seed + static_cast<std::uint64_t>(i)) % static_cast<unsigned>(i + 1)]);
+  for (int i = 510; i > 0; --i)
+    std::swap(k[static_cast<std::size_t>(i)],
+              k[mix(seed + static_cast<std::uint64_t>(i)) % static_cast<unsigned>(i + 1)]);
   std::vector<double> v(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = k[static_cast<std::size_t>(i)] / 64.0;
+  for (index_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = k[static_cast<std::size_t>(i)] / 64.0;
   return v;
 }
 
 precis::Tensor<float> tensor_of(const Shape& s, const std::vector<double>& v) {
   precis::Tensor<float> t(s);
-  for (index_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
+  for (index_t i = 0; i < t.size(); ++i)
+    t.data()[i] = static_cast<float>(v[static_cast<std::size_t>(i)]);
   return t;
 }
 
@@ -119,7 +126,8 @@ double gamma(double n, double u) { return n * u / (1 - n * u); }
 struct expected {
   Shape shape;
   std::vector<double> value, tol;
-  std::vector<double> per_u;  // where not empty: tol grows by per_u times the unit roundoff passed to check
+  std::vector<double>
+      per_u;  // where not empty: tol grows by per_u times the unit roundoff passed to check
   void resize(const Shape& s) {
     shape = s;
     value.assign(static_cast<std::size_t>(s.numel()), 0.0);
@@ -130,16 +138,21 @@ struct expected {
 /// The result against the expectation: exact where tol is 0 (the value rounded once to S),
 /// else within u_S |value| + (1 + u_S) tol.
 template <class S>
-void check(const char* op, const char* what, const precis::TensorView<const S>& got, const expected& e, double u_extra = 0) {
-  if (!(got.shape() == e.shape)) fail(std::string(op) + " " + what + ": shape " + got.shape().str() + ", expected " + e.shape.str());
+void check(const char* op, const char* what, const precis::TensorView<const S>& got,
+           const expected& e, double u_extra = 0) {
+  if (!(got.shape() == e.shape))
+    fail(std::string(op) + " " + what + ": shape " + got.shape().str() + ", expected " +
+         e.shape.str());
   const std::vector<double> g = read(got);
   const double u = precis::format_traits<S>::unit_roundoff();
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double want = e.value[i], t = e.tol[i] + (e.per_u.empty() ? 0.0 : u_extra * e.per_u[i]);
-    const bool ok = t == 0 ? g[i] == to_double(precis::round_to<S>(want)) : std::abs(g[i] - want) <= u * std::abs(want) + (1 + u) * t;
+    const bool ok = t == 0 ? g[i] == to_double(precis::round_to<S>(want))
+                           : std::abs(g[i] - want) <= u * std::abs(want) + (1 + u) * t;
     if (!ok) {
-      fail(std::string(op) + " " + what + " [" + std::to_string(i) + "] of " + e.shape.str() + " (" +
-           std::string(precis::format_traits<S>::name) + "): " + num(g[i]) + ", expected " + num(want) + " within " + num(t));
+      fail(std::string(op) + " " + what + " [" + std::to_string(i) + "] of " + e.shape.str() +
+           " (" + std::string(precis::format_traits<S>::name) + "): " + num(g[i]) + ", expected " +
+           num(want) + " within " + num(t));
     }
   }
 }
@@ -158,7 +171,8 @@ void check_grad(const char* op, const char* what, const V& x, const expected& e)
   }
   if (reached) return check(op, what, g, e);
   for (const double v : e.value) {
-    if (v != 0) fail(std::string(op) + " " + what + ": no gradient reached the input, expected nonzeros");
+    if (v != 0)
+      fail(std::string(op) + " " + what + ": no gradient reached the input, expected nonzeros");
   }
 }
 
@@ -188,8 +202,10 @@ struct conv_case {
 
   explicit conv_case(bytes& in) {
     const index_t n = in.pick(0, 6), c = in.pick(0, 16), h = in.pick(0, 12), wd = in.pick(0, 12);
-    const index_t groups = in.pick(0, 4), o_ = in.pick(0, 16), kh = in.pick(0, 5), kw = in.pick(0, 5);
-    const index_t wc = in.pick(0, 4) == 0 ? in.pick(0, 16) : (groups > 0 ? c / groups : c);  // mostly consistent
+    const index_t groups = in.pick(0, 4), o_ = in.pick(0, 16), kh = in.pick(0, 5),
+                  kw = in.pick(0, 5);
+    const index_t wc =
+        in.pick(0, 4) == 0 ? in.pick(0, 16) : (groups > 0 ? c / groups : c);  // mostly consistent
     xs = in.pick(0, 15) == 0 ? Shape{n, c, h} : Shape{n, c, h, wd};
     ws = Shape{o_, wc, kh, kw};
     bias = in.pick(0, 1) == 1;
@@ -202,14 +218,16 @@ struct conv_case {
     w = small_values(seed + 1, ws.numel());
     b = small_values(seed + 2, o_);
     // valid as PyTorch defines it (every extent may be 0 but the kernel's)
-    if (xs.rank() != 4 || groups < 1 || o.stride[0] < 1 || o.stride[1] < 1 || o.dilation[0] < 1 || o.dilation[1] < 1 ||
-        o.padding[0] < 0 || o.padding[1] < 0 || c % groups != 0 || o_ % groups != 0 || wc != c / groups || kh < 1 || kw < 1) {
+    if (xs.rank() != 4 || groups < 1 || o.stride[0] < 1 || o.stride[1] < 1 || o.dilation[0] < 1 ||
+        o.dilation[1] < 1 || o.padding[0] < 0 || o.padding[1] < 0 || c % groups != 0 ||
+        o_ % groups != 0 || wc != c / groups || kh < 1 || kw < 1) {
       return;
     }
     const index_t span_h = o.dilation[0] * (kh - 1) + 1, span_w = o.dilation[1] * (kw - 1) + 1;
     if (span_h > h + 2 * o.padding[0] || span_w > wd + 2 * o.padding[1]) return;
     valid = true;
-    const index_t ho = (h + 2 * o.padding[0] - span_h) / o.stride[0] + 1, wo = (wd + 2 * o.padding[1] - span_w) / o.stride[1] + 1;
+    const index_t ho = (h + 2 * o.padding[0] - span_h) / o.stride[0] + 1,
+                  wo = (wd + 2 * o.padding[1] - span_w) / o.stride[1] + 1;
     y.resize(Shape{n, o_, ho, wo});
     gx.resize(xs);
     gw.resize(ws);
@@ -231,8 +249,10 @@ struct conv_case {
                   const index_t hh = i * o.stride[0] - o.padding[0] + p * o.dilation[0];
                   const index_t ww = j * o.stride[1] - o.padding[1] + q * o.dilation[1];
                   if (hh < 0 || hh >= h || ww < 0 || ww >= wd) continue;
-                  const std::size_t xi = static_cast<std::size_t>(((in_ * c + grp * cg + cc) * h + hh) * wd + ww);
-                  const std::size_t wi = static_cast<std::size_t>(((oc * cg + cc) * kh + p) * kw + q);
+                  const std::size_t xi =
+                      static_cast<std::size_t>(((in_ * c + grp * cg + cc) * h + hh) * wd + ww);
+                  const std::size_t wi =
+                      static_cast<std::size_t>(((oc * cg + cc) * kh + p) * kw + q);
                   acc += x[xi] * w[wi];
                   gx.value[xi] += gy * w[wi];
                   gw.value[wi] += gy * x[xi];
@@ -275,18 +295,21 @@ struct pool_case {
   std::vector<double> x, g;
 
   explicit pool_case(bytes& in, bool max) : is_max(max) {
-    const index_t n = in.pick(0, 2), c = in.pick(0, 2), h = in.pick(0, 9), wd = in.pick(0, 9);  // <= 324 elements
+    const index_t n = in.pick(0, 2), c = in.pick(0, 2), h = in.pick(0, 9),
+                  wd = in.pick(0, 9);  // <= 324 elements
     xs = in.pick(0, 15) == 0 ? Shape{n, c, h} : Shape{n, c, h, wd};
     o.kernel = {in.pick(0, 5), in.pick(0, 5)};
     o.stride = {in.pick(-1, 3), in.pick(-1, 3)};
     o.padding = {in.pick(-1, 2), in.pick(-1, 2)};
     const std::uint64_t seed = in.next() | (in.next() << 8);
     x = distinct_values(seed, xs.numel());
-    if (xs.rank() != 4 || o.kernel[0] < 1 || o.kernel[1] < 1 || o.stride[0] < 0 || o.stride[1] < 0 || o.padding[0] < 0 ||
-        o.padding[1] < 0 || 2 * o.padding[0] > o.kernel[0] || 2 * o.padding[1] > o.kernel[1] || h < 1 || wd < 1) {
+    if (xs.rank() != 4 || o.kernel[0] < 1 || o.kernel[1] < 1 || o.stride[0] < 0 ||
+        o.stride[1] < 0 || o.padding[0] < 0 || o.padding[1] < 0 || 2 * o.padding[0] > o.kernel[0] ||
+        2 * o.padding[1] > o.kernel[1] || h < 1 || wd < 1) {
       return;
     }
-    const index_t sh = o.stride[0] == 0 ? o.kernel[0] : o.stride[0], sw = o.stride[1] == 0 ? o.kernel[1] : o.stride[1];
+    const index_t sh = o.stride[0] == 0 ? o.kernel[0] : o.stride[0],
+                  sw = o.stride[1] == 0 ? o.kernel[1] : o.stride[1];
     if (o.kernel[0] > h + 2 * o.padding[0] || o.kernel[1] > wd + 2 * o.padding[1]) return;
     valid = true;
     ho = (h + 2 * o.padding[0] - o.kernel[0]) / sh + 1;
@@ -319,7 +342,8 @@ struct pool_case {
             }
           }
           if (max) {
-            y.value[yi] = best;  // every window holds an element of x (padding at most half the kernel)
+            y.value[yi] =
+                best;  // every window holds an element of x (padding at most half the kernel)
             gx.value[arg] += g[yi];
           } else {
             // the window's sum is exact; dividing by kh kw rounds once, or twice as a product
@@ -333,7 +357,8 @@ struct pool_case {
     // avg's gradient: m terms g / (kh kw), each within gamma_2 of its value, summed in some
     // order (m - 1 more roundings): |error| <= gamma_(m + 1) sum |g| / (kh kw)
     if (!max) {
-      for (std::size_t i = 0; i < gx.tol.size(); ++i) gx.tol[i] = gamma(static_cast<double>(terms[i] + 1), u) * gx_abs[i];
+      for (std::size_t i = 0; i < gx.tol.size(); ++i)
+        gx.tol[i] = gamma(static_cast<double>(terms[i] + 1), u) * gx_abs[i];
     }
   }
 
@@ -365,7 +390,8 @@ struct attention_case {
     const int lead = static_cast<int>(in.pick(0, 2));
     Shape batch;
     for (int i = 0; i < lead; ++i) batch.push_back(in.pick(0, 3));
-    const index_t heads = in.pick(0, 3), tq = in.pick(0, 6), tk = in.pick(0, 6), d = in.pick(0, 4), dv = in.pick(0, 4);
+    const index_t heads = in.pick(0, 3), tq = in.pick(0, 6), tk = in.pick(0, 6), d = in.pick(0, 4),
+                  dv = in.pick(0, 4);
     const auto with = [&](Shape s, index_t a, index_t b) {
       s.push_back(a);
       s.push_back(b);
@@ -377,14 +403,22 @@ struct attention_case {
     vs = with(batch, in.pick(0, 15) == 0 ? tk + 1 : tk, hh * dv);
     o.heads = heads;
     o.causal = in.pick(0, 1) == 1;
-    const double scales[] = {0, 0.25, 0.5, 1, 2, -1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
+    const double scales[] = {0,
+                             0.25,
+                             0.5,
+                             1,
+                             2,
+                             -1,
+                             std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::infinity()};
     o.scale = scales[in.pick(0, 7)];
     const std::uint64_t seed = in.next() | (in.next() << 8);
     q = small_values(seed, qs.numel());
     k = small_values(seed + 1, ks.numel());
     v = small_values(seed + 2, vs.numel());
-    if (heads < 1 || !(ks == with(batch, tk, hh * d)) || !(vs == with(batch, tk, hh * dv)) || tk < 1 || !(o.scale >= 0) ||
-        !std::isfinite(o.scale) || (o.scale == 0 && d == 0)) {  // 1/sqrt(D) needs D >= 1
+    if (heads < 1 || !(ks == with(batch, tk, hh * d)) || !(vs == with(batch, tk, hh * dv)) ||
+        tk < 1 || !(o.scale >= 0) || !std::isfinite(o.scale) ||
+        (o.scale == 0 && d == 0)) {  // 1/sqrt(D) needs D >= 1
       return;
     }
     valid = true;
@@ -403,7 +437,8 @@ struct attention_case {
           for (index_t j = 0; j < allowed; ++j) {
             double dot = 0;
             for (index_t t = 0; t < d; ++t) {
-              dot += q[static_cast<std::size_t>((e * tq + i) * hh * d + h * d + t)] * k[static_cast<std::size_t>((e * tk + j) * hh * d + h * d + t)];
+              dot += q[static_cast<std::size_t>((e * tq + i) * hh * d + h * d + t)] *
+                     k[static_cast<std::size_t>((e * tk + j) * hh * d + h * d + t)];
             }
             s[static_cast<std::size_t>(j)] = dot * scale;
             mx = std::max(mx, s[static_cast<std::size_t>(j)]);
@@ -414,7 +449,8 @@ struct attention_case {
           for (index_t c = 0; c < dv; ++c) {
             double acc = 0, mag = 0;
             for (index_t j = 0; j < allowed; ++j) {
-              const double p = s[static_cast<std::size_t>(j)] / z, vj = v[static_cast<std::size_t>((e * tk + j) * hh * dv + h * dv + c)];
+              const double p = s[static_cast<std::size_t>(j)] / z,
+                           vj = v[static_cast<std::size_t>((e * tk + j) * hh * dv + h * dv + c)];
               acc += p * vj;
               mag += p * std::abs(vj);
             }
@@ -439,10 +475,13 @@ struct attention_case {
   template <class P>
   bool run() const {
     precis::Tape<P> tape;
-    auto vq = tape.input(tensor_of(qs, q), true), vk = tape.input(tensor_of(ks, k), true), vv = tape.input(tensor_of(vs, v), true);
+    auto vq = tape.input(tensor_of(qs, q), true), vk = tape.input(tensor_of(ks, k), true),
+         vv = tape.input(tensor_of(vs, v), true);
     const auto out = forward_of([&] { return attention(vq, vk, vv, o); });
     if (!out) return true;
-    if (!valid) fail("attention accepted q " + qs.str() + ", k " + ks.str() + ", v " + vs.str() + " (invalid)");
+    if (!valid)
+      fail("attention accepted q " + qs.str() + ", k " + ks.str() + ", v " + vs.str() +
+           " (invalid)");
     using L = typename precis::policy::op_types<P, precis::op::attention, float>::storage;
     check("attention", "y", out->value(), y, precis::format_traits<L>::unit_roundoff());
     tape.backward(*out, tensor_of(y.shape, g));
@@ -473,7 +512,8 @@ struct bmm_case {
       return s;
     };
     const Shape ba = batch(), bb = batch();
-    const index_t m = in.pick(0, 5), kk = in.pick(0, 5), n = in.pick(0, 5), kb = in.pick(0, 7) == 0 ? in.pick(0, 5) : kk;
+    const index_t m = in.pick(0, 5), kk = in.pick(0, 5), n = in.pick(0, 5),
+                  kb = in.pick(0, 7) == 0 ? in.pick(0, 5) : kk;
     as = ba;
     as.push_back(m);
     as.push_back(kk);
@@ -489,7 +529,8 @@ struct bmm_case {
     const int r = std::max(ba.rank(), bb.rank());
     Shape out;
     for (int i = 0; i < r; ++i) {
-      const index_t ea = i < r - ba.rank() ? 1 : ba[i - (r - ba.rank())], eb = i < r - bb.rank() ? 1 : bb[i - (r - bb.rank())];
+      const index_t ea = i < r - ba.rank() ? 1 : ba[i - (r - ba.rank())],
+                    eb = i < r - bb.rank() ? 1 : bb[i - (r - bb.rank())];
       if (ea != eb && ea != 1 && eb != 1) return;
       out.push_back(ea == 1 ? eb : ea);
     }
@@ -501,7 +542,8 @@ struct bmm_case {
     ga.resize(as);
     gb.resize(bs);
     g = small_values(seed + 2, ys.numel());
-    const auto offset = [&](const Shape& own, index_t flat) {  // out's batch entry flat in an operand's batch axes
+    const auto offset = [&](const Shape& own,
+                            index_t flat) {  // out's batch entry flat in an operand's batch axes
       index_t off = 0, stride = 1;
       for (int i = r - 1; i >= 0; --i) {
         const index_t idx = flat % out[i];
@@ -520,7 +562,8 @@ struct bmm_case {
           const std::size_t yi = static_cast<std::size_t>((e * m + i) * n + j);
           double acc = 0;
           for (index_t t = 0; t < kk; ++t) {
-            const std::size_t ai = static_cast<std::size_t>((ea * m + i) * kk + t), bi = static_cast<std::size_t>((eb * kk + t) * n + j);
+            const std::size_t ai = static_cast<std::size_t>((ea * m + i) * kk + t),
+                              bi = static_cast<std::size_t>((eb * kk + t) * n + j);
             acc += a[ai] * b[bi];
             ga.value[ai] += g[yi] * b[bi];
             gb.value[bi] += g[yi] * a[ai];
@@ -589,9 +632,12 @@ struct embedding_case {
   bool run() const {
     precis::Tape<P> tape;
     auto vw = tape.input(tensor_of(ws, w), true);
-    const auto out = forward_of([&] { return embedding(vw, std::span<const std::int64_t>(idx), is); });
+    const auto out =
+        forward_of([&] { return embedding(vw, std::span<const std::int64_t>(idx), is); });
     if (!out) return true;
-    if (!valid) fail("embedding accepted w " + ws.str() + " with indices of shape " + is.str() + " (invalid)");
+    if (!valid)
+      fail("embedding accepted w " + ws.str() + " with indices of shape " + is.str() +
+           " (invalid)");
     check("embedding", "y", out->value(), y);
     tape.backward(*out, tensor_of(y.shape, g));
     check_grad("embedding", "dw", vw, gw);
@@ -603,7 +649,8 @@ template <class Case>
 void both_policies(const Case& c, const char* op) {
   const bool a = c.template run<precis::policy::named<"32-true">>();
   const bool b = c.template run<precis::policy::named<"bf16-mixed">>();
-  if (a != b) fail(std::string(op) + (a ? " threw under 32-true only" : " threw under bf16-mixed only"));
+  if (a != b)
+    fail(std::string(op) + (a ? " threw under 32-true only" : " threw under bf16-mixed only"));
 }
 
 }  // namespace
@@ -612,12 +659,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   bytes in{data + 1, size - 1};
   switch (data[0] % 6) {
-    case 0: both_policies(conv_case(in), "conv2d"); break;
-    case 1: both_policies(pool_case(in, true), "max_pool2d"); break;
-    case 2: both_policies(pool_case(in, false), "avg_pool2d"); break;
-    case 3: both_policies(attention_case(in), "attention"); break;
-    case 4: both_policies(bmm_case(in), "bmm"); break;
-    default: both_policies(embedding_case(in), "embedding"); break;
+    case 0:
+      both_policies(conv_case(in), "conv2d");
+      break;
+    case 1:
+      both_policies(pool_case(in, true), "max_pool2d");
+      break;
+    case 2:
+      both_policies(pool_case(in, false), "avg_pool2d");
+      break;
+    case 3:
+      both_policies(attention_case(in), "attention");
+      break;
+    case 4:
+      both_policies(bmm_case(in), "bmm");
+      break;
+    default:
+      both_policies(embedding_case(in), "embedding");
+      break;
   }
   return 0;
 }
