@@ -1,10 +1,10 @@
 // libFuzzer target: the op layer's geometry. The bytes choose an op (conv2d, max_pool2d,
-// avg_pool2d, attention, bmm, embedding), its shapes and attributes (small extents, sometimes
-// zero, sometimes out of range) and the seed of its data. The op runs forward and backward on
-// a tape under 32-true and under bf16-mixed. Under both policies it must throw a precis::error,
-// or under neither; when it runs, its output shape must be the one the op's definition
-// (PyTorch's) gives, the input must have been valid, and its output and every gradient must be
-// those of a reference computed here in double:
+// avg_pool2d, attention, bmm, embedding, slice, cat, max and argmax, masked_fill, where), its
+// shapes and attributes (small extents, sometimes zero, sometimes out of range) and the seed of its
+// data. The op runs forward and backward on a tape under 32-true and under bf16-mixed. Under both
+// policies it must throw a precis::error, or under neither; when it runs, its output shape must be
+// the one the op's definition (PyTorch's) gives, the input must have been valid, and its output and
+// every gradient must be those of a reference computed here in double:
 // - the data are multiples of 2^-6 below 1 in magnitude (below 4 for the pools), exact in
 //   bf16, and no sum here has 4096 terms, so every sum of products is exact in fp32: each
 //   output and gradient must be the reference rounded once to its storage, bit for bit;
@@ -119,6 +119,42 @@ std::vector<double> read(const precis::TensorView<const S>& v) {
 
 /// γ_n = n u / (1 - n u), the bound of a sum of n rounded operations (Higham, Lemma 3.1).
 double gamma(double n, double u) { return n * u / (1 - n * u); }
+
+/// A shape of rank lo..hi with extents 0..max.
+Shape shape_of(bytes& in, int lo, int hi, index_t max) {
+  Shape s;
+  const int r = static_cast<int>(in.pick(lo, hi));
+  for (int i = 0; i < r; ++i) s.push_back(in.pick(0, max));
+  return s;
+}
+
+/// NumPy's broadcast of a and b (right-aligned; extents equal or 1), or false.
+bool broadcast(const Shape& a, const Shape& b, Shape& out) {
+  const int r = std::max(a.rank(), b.rank());
+  out = Shape{};
+  for (int i = 0; i < r; ++i) {
+    const index_t ea = i < r - a.rank() ? 1 : a[i - (r - a.rank())],
+                  eb = i < r - b.rank() ? 1 : b[i - (r - b.rank())];
+    if (ea != eb && ea != 1 && eb != 1) return false;
+    out.push_back(ea == 1 ? eb : ea);
+  }
+  return true;
+}
+
+/// The row-major offset, in a contiguous tensor of shape `own` broadcast to `out`, of out's
+/// element `flat`.
+index_t broadcast_offset(const Shape& out, const Shape& own, index_t flat) {
+  index_t off = 0, stride = 1;
+  for (int i = out.rank() - 1; i >= 0; --i) {
+    const index_t idx = flat % out[i];
+    flat /= out[i];
+    const int oi = i - (out.rank() - own.rank());
+    if (oi < 0) continue;
+    if (own[oi] != 1) off += idx * stride;
+    stride *= own[oi];
+  }
+  return off;
+}
 
 /// What a run checked against: the expected shape and, per element, the value and how far
 /// from it the result may be before its rounding to storage (0: exact, so the result must be
@@ -505,13 +541,7 @@ struct bmm_case {
   std::vector<double> a, b, g;
 
   explicit bmm_case(bytes& in) {
-    const auto batch = [&] {
-      Shape s;
-      const int r = static_cast<int>(in.pick(0, 2));
-      for (int i = 0; i < r; ++i) s.push_back(in.pick(0, 3));
-      return s;
-    };
-    const Shape ba = batch(), bb = batch();
+    const Shape ba = shape_of(in, 0, 2, 3), bb = shape_of(in, 0, 2, 3);
     const index_t m = in.pick(0, 5), kk = in.pick(0, 5), n = in.pick(0, 5),
                   kb = in.pick(0, 7) == 0 ? in.pick(0, 5) : kk;
     as = ba;
@@ -525,15 +555,8 @@ struct bmm_case {
     a = small_values(seed, as.numel());
     b = small_values(seed + 1, bs.numel());
     if (as.rank() < 2 || kb != kk) return;
-    // NumPy broadcasting of the batch axes, right-aligned
-    const int r = std::max(ba.rank(), bb.rank());
     Shape out;
-    for (int i = 0; i < r; ++i) {
-      const index_t ea = i < r - ba.rank() ? 1 : ba[i - (r - ba.rank())],
-                    eb = i < r - bb.rank() ? 1 : bb[i - (r - bb.rank())];
-      if (ea != eb && ea != 1 && eb != 1) return;
-      out.push_back(ea == 1 ? eb : ea);
-    }
+    if (!broadcast(ba, bb, out)) return;  // the batch axes
     valid = true;
     Shape ys = out;
     ys.push_back(m);
@@ -542,21 +565,8 @@ struct bmm_case {
     ga.resize(as);
     gb.resize(bs);
     g = small_values(seed + 2, ys.numel());
-    const auto offset = [&](const Shape& own,
-                            index_t flat) {  // out's batch entry flat in an operand's batch axes
-      index_t off = 0, stride = 1;
-      for (int i = r - 1; i >= 0; --i) {
-        const index_t idx = flat % out[i];
-        flat /= out[i];
-        const int oi = i - (r - own.rank());
-        if (oi < 0) continue;
-        if (own[oi] != 1) off += idx * stride;
-        stride *= own[oi];
-      }
-      return off;
-    };
     for (index_t e = 0; e < out.numel(); ++e) {
-      const index_t ea = offset(ba, e), eb = offset(bb, e);
+      const index_t ea = broadcast_offset(out, ba, e), eb = broadcast_offset(out, bb, e);
       for (index_t i = 0; i < m; ++i) {
         for (index_t j = 0; j < n; ++j) {
           const std::size_t yi = static_cast<std::size_t>((e * m + i) * n + j);
@@ -645,6 +655,277 @@ struct embedding_case {
   }
 };
 
+/// slice(x, axis, begin, end, step): elements begin, begin + step, ... < end along the axis,
+/// with 0 <= begin <= end <= extent and step >= 1 (precis's contract: no negative indices).
+struct slice_case {
+  Shape xs;
+  int axis;
+  index_t begin, end, step;
+  bool valid = false;
+  expected y, gx;
+  std::vector<double> x, g;
+
+  explicit slice_case(bytes& in) {
+    xs = shape_of(in, 0, 3, 5);
+    axis = static_cast<int>(in.pick(-4, 3));
+    begin = in.pick(-1, 6);
+    end = in.pick(-1, 6);
+    step = in.pick(-1, 3);
+    const std::uint64_t seed = in.next() | (in.next() << 8);
+    x = small_values(seed, xs.numel());
+    const int r = xs.rank();
+    if (axis < -r || axis >= r) return;
+    const int a = axis < 0 ? axis + r : axis;
+    if (step < 1 || begin < 0 || end < begin || end > xs[a]) return;
+    valid = true;
+    Shape ys = xs;
+    ys[a] = (end - begin + step - 1) / step;
+    y.resize(ys);
+    gx.resize(xs);
+    g = small_values(seed + 1, ys.numel());
+    index_t inner = 1;
+    for (int i = a + 1; i < r; ++i) inner *= xs[i];
+    for (index_t i = 0; i < ys.numel(); ++i) {
+      const index_t lo = i % inner, k = i / inner % ys[a], hi = i / inner / ys[a];
+      const std::size_t xi = static_cast<std::size_t>((hi * xs[a] + begin + k * step) * inner + lo);
+      y.value[static_cast<std::size_t>(i)] = x[xi];
+      gx.value[xi] += g[static_cast<std::size_t>(i)];
+    }
+  }
+
+  template <class P>
+  bool run() const {
+    precis::Tape<P> tape;
+    auto vx = tape.input(tensor_of(xs, x), true);
+    const auto out = forward_of([&] { return slice(vx, axis, begin, end, step); });
+    if (!out) return true;
+    if (!valid)
+      fail("slice accepted x " + xs.str() + ", axis " + std::to_string(axis) + " (invalid)");
+    check("slice", "y", out->value(), y);
+    tape.backward(*out, tensor_of(y.shape, g));
+    check_grad("slice", "dx", vx, gx);
+    return false;
+  }
+};
+
+/// cat(axis, {x0, x1, ...}): inputs of one rank whose extents agree but along the axis.
+struct cat_case {
+  std::vector<Shape> xs;
+  int axis;
+  bool valid = false;
+  expected y;
+  std::vector<expected> gx;
+  std::vector<std::vector<double>> x;
+  std::vector<double> g;
+
+  explicit cat_case(bytes& in) {
+    const index_t count = in.pick(1, 3);
+    const Shape base = shape_of(in, 0, 3, 4);
+    axis = static_cast<int>(in.pick(-4, 3));
+    const int r = base.rank();
+    const int a = axis < 0 ? axis + r : axis;
+    for (index_t i = 0; i < count; ++i) {
+      Shape s = base;
+      if (a >= 0 && a < r) s[a] = in.pick(0, 4);
+      if (in.pick(0, 15) == 0 && r > 0)
+        s[static_cast<int>(in.pick(0, r - 1))] += 1;  // sometimes mismatched
+      if (in.pick(0, 15) == 0) s.push_back(1);        // or of another rank
+      xs.push_back(s);
+    }
+    const std::uint64_t seed = in.next() | (in.next() << 8);
+    for (index_t i = 0; i < count; ++i) {
+      x.push_back(small_values(seed + static_cast<std::uint64_t>(i),
+                               xs[static_cast<std::size_t>(i)].numel()));
+    }
+    // valid as the inputs are (they may all have gained an axis): one rank, extents equal to
+    // the first input's but along the axis
+    const int rank = xs[0].rank();
+    if (axis < -rank || axis >= rank) return;
+    const int ax = axis < 0 ? axis + rank : axis;
+    Shape ys = xs[0];
+    ys[ax] = 0;
+    for (const auto& s : xs) {
+      if (s.rank() != rank) return;
+      for (int d = 0; d < rank; ++d) {
+        if (d != ax && s[d] != xs[0][d]) return;
+      }
+      ys[ax] += s[ax];
+    }
+    valid = true;
+    y.resize(ys);
+    g = small_values(seed + 7, ys.numel());
+    index_t inner = 1, outer = 1;
+    for (int d = ax + 1; d < rank; ++d) inner *= ys[d];
+    for (int d = 0; d < ax; ++d) outer *= ys[d];
+    index_t at = 0;  // where input i starts along the axis
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      gx.emplace_back();
+      gx.back().resize(xs[i]);
+      const index_t len = xs[i][ax];
+      for (index_t o = 0; o < outer; ++o) {
+        for (index_t k = 0; k < len; ++k) {
+          for (index_t l = 0; l < inner; ++l) {
+            const std::size_t src = static_cast<std::size_t>((o * len + k) * inner + l);
+            const std::size_t dst = static_cast<std::size_t>((o * ys[ax] + at + k) * inner + l);
+            y.value[dst] = x[i][src];
+            gx.back().value[src] = g[dst];
+          }
+        }
+      }
+      at += len;
+    }
+  }
+
+  template <class P>
+  bool run() const {
+    precis::Tape<P> tape;
+    std::vector<precis::Var<P, float>> v;
+    for (std::size_t i = 0; i < xs.size(); ++i)
+      v.push_back(tape.input(tensor_of(xs[i], x[i]), true));
+    const auto out = forward_of([&] {
+      if (v.size() == 1) return precis::cat(axis, {v[0]});
+      if (v.size() == 2) return precis::cat(axis, {v[0], v[1]});
+      return precis::cat(axis, {v[0], v[1], v[2]});
+    });
+    if (!out) return true;
+    if (!valid)
+      fail("cat accepted inputs of shapes " + xs[0].str() + ", ... on axis " +
+           std::to_string(axis) + " (invalid)");
+    check("cat", "y", out->value(), y);
+    tape.backward(*out, tensor_of(y.shape, g));
+    for (std::size_t i = 0; i < v.size(); ++i) check_grad("cat", "dx", v[i], gx[i]);
+    return false;
+  }
+};
+
+/// max(x, axis) and argmax(x, axis): x's values distinct, so each maximum is one element, which
+/// takes the gradient.
+struct max_case {
+  Shape xs;
+  int axis;
+  bool valid = false;
+  expected y, gx;
+  std::vector<std::int64_t> arg;
+  std::vector<double> x, g;
+
+  explicit max_case(bytes& in) {
+    xs = shape_of(in, 0, 3, 6);
+    if (xs.numel() > 511) xs = Shape{7};  // distinct_values has 511
+    axis = static_cast<int>(in.pick(-4, 3));
+    const std::uint64_t seed = in.next() | (in.next() << 8);
+    x = distinct_values(seed, xs.numel());
+    const int r = xs.rank();
+    if (axis < -r || axis >= r) return;
+    const int a = axis < 0 ? axis + r : axis;
+    if (xs[a] == 0) return;  // a maximum over nothing
+    valid = true;
+    y.resize(xs.erased(a));
+    gx.resize(xs);
+    g = small_values(seed + 1, y.shape.numel());
+    index_t inner = 1;
+    for (int d = a + 1; d < r; ++d) inner *= xs[d];
+    for (index_t i = 0; i < y.shape.numel(); ++i) {
+      const index_t lo = i % inner, hi = i / inner;
+      std::size_t best = static_cast<std::size_t>(hi * xs[a] * inner + lo);
+      index_t at = 0;
+      for (index_t k = 1; k < xs[a]; ++k) {
+        const std::size_t xi = static_cast<std::size_t>((hi * xs[a] + k) * inner + lo);
+        if (x[xi] > x[best]) best = xi, at = k;
+      }
+      y.value[static_cast<std::size_t>(i)] = x[best];
+      gx.value[best] += g[static_cast<std::size_t>(i)];
+      arg.push_back(at);
+    }
+  }
+
+  template <class P>
+  bool run() const {
+    precis::Tape<P> tape;
+    auto vx = tape.input(tensor_of(xs, x), true);
+    const auto out = forward_of([&] { return max(vx, axis); });
+    if (!out) return true;
+    if (!valid)
+      fail("max accepted x " + xs.str() + ", axis " + std::to_string(axis) + " (invalid)");
+    check("max", "y", out->value(), y);
+    if (argmax(vx, axis) != arg)
+      fail("argmax of x " + xs.str() + " on axis " + std::to_string(axis) + " differs");
+    tape.backward(*out, tensor_of(y.shape, g));
+    check_grad("max", "dx", vx, gx);
+    return false;
+  }
+};
+
+/// masked_fill(x, mask, value) (the mask broadcast to x) and where(cond, a, b) (cond broadcast
+/// to a and b's broadcast); cond and mask hold 0 and 1 and take no gradient.
+struct select_case {
+  bool is_where;
+  Shape as, bs, cs;
+  double value;
+  bool valid = false;
+  expected y, ga, gb;
+  std::vector<double> a, b, c, g;
+
+  select_case(bytes& in, bool where) : is_where(where) {
+    as = shape_of(in, 0, 3, 3);
+    bs = where ? shape_of(in, 0, 3, 3) : Shape{};
+    cs = shape_of(in, 0, 3, 3);
+    const double values[] = {0, -0.5, 3, -std::numeric_limits<double>::infinity()};
+    value = values[in.pick(0, 3)];
+    const std::uint64_t seed = in.next() | (in.next() << 8);
+    a = small_values(seed, as.numel());
+    b = small_values(seed + 1, bs.numel());
+    c.resize(static_cast<std::size_t>(cs.numel()));
+    for (index_t i = 0; i < cs.numel(); ++i) {
+      c[static_cast<std::size_t>(i)] =
+          static_cast<double>(mix(seed + 2 + static_cast<std::uint64_t>(i)) & 1);
+    }
+    Shape ys;
+    if (where) {
+      Shape ab;
+      if (!broadcast(as, bs, ab) || !broadcast(cs, ab, ys) || !(ys == ab)) return;
+    } else {
+      if (!broadcast(cs, as, ys) || !(ys == as)) return;
+    }
+    valid = true;
+    y.resize(ys);
+    ga.resize(as);
+    gb.resize(bs);
+    g = small_values(seed + 3, ys.numel());
+    for (index_t i = 0; i < ys.numel(); ++i) {
+      const auto ai = static_cast<std::size_t>(broadcast_offset(ys, as, i));
+      const auto ci = static_cast<std::size_t>(broadcast_offset(ys, cs, i));
+      const auto yi = static_cast<std::size_t>(i);
+      if (where) {
+        const auto bi = static_cast<std::size_t>(broadcast_offset(ys, bs, i));
+        y.value[yi] = c[ci] != 0 ? a[ai] : b[bi];
+        (c[ci] != 0 ? ga.value[ai] : gb.value[bi]) += g[yi];
+      } else {
+        y.value[yi] = c[ci] != 0 ? value : a[ai];
+        if (c[ci] == 0) ga.value[ai] += g[yi];
+      }
+    }
+  }
+
+  template <class P>
+  bool run() const {
+    precis::Tape<P> tape;
+    auto va = tape.input(tensor_of(as, a), true), vb = tape.input(tensor_of(bs, b), true);
+    auto vc = tape.input(tensor_of(cs, c));
+    const char* name = is_where ? "where" : "masked_fill";
+    const auto out =
+        forward_of([&] { return is_where ? where(vc, va, vb) : masked_fill(va, vc, value); });
+    if (!out) return true;
+    if (!valid)
+      fail(std::string(name) + " accepted " + as.str() + ", " + bs.str() + ", " + cs.str() +
+           " (invalid)");
+    check(name, "y", out->value(), y);
+    tape.backward(*out, tensor_of(y.shape, g));
+    check_grad(name, "da", va, ga);
+    if (is_where) check_grad(name, "db", vb, gb);
+    return false;
+  }
+};
+
 template <class Case>
 void both_policies(const Case& c, const char* op) {
   const bool a = c.template run<precis::policy::named<"32-true">>();
@@ -658,7 +939,7 @@ void both_policies(const Case& c, const char* op) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   bytes in{data + 1, size - 1};
-  switch (data[0] % 6) {
+  switch (data[0] % 11) {
     case 0:
       both_policies(conv_case(in), "conv2d");
       break;
@@ -674,8 +955,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4:
       both_policies(bmm_case(in), "bmm");
       break;
-    default:
+    case 5:
       both_policies(embedding_case(in), "embedding");
+      break;
+    case 6:
+      both_policies(slice_case(in), "slice");
+      break;
+    case 7:
+      both_policies(cat_case(in), "cat");
+      break;
+    case 8:
+      both_policies(max_case(in), "max");
+      break;
+    case 9:
+      both_policies(select_case(in, false), "masked_fill");
+      break;
+    default:
+      both_policies(select_case(in, true), "where");
       break;
   }
   return 0;
