@@ -4,8 +4,8 @@
 // data. The op runs forward and backward on a tape under 32-true and under bf16-mixed. Under both
 // policies it must throw a precis::error, or under neither; when it runs, its output shape must be
 // the one the op's definition (PyTorch's) gives, the input must have been valid, and its output and
-// every gradient must be those of a reference computed here in double:
-// - the data are multiples of 2^-6 below 1 in magnitude (below 4 for the pools), exact in
+// every gradient (attention's: finite) must be those of a reference computed here in double:
+// - the data are multiples of 2^-6 below 1 in magnitude (below 4 for the pools and max), exact in
 //   bf16, and no sum here has 4096 terms, so every sum of products is exact in fp32: each
 //   output and gradient must be the reference rounded once to its storage, bit for bit;
 // - avg_pool2d divides (one rounding, or two for a reciprocal and a product) and attention
@@ -499,7 +499,8 @@ struct attention_case {
             // in a probability. The exponential itself (2.25 u, detail/vexp.hpp), the sum's
             // Tk - 1 roundings and the division add gamma_(Tk + 5); the second product, gamma_Tk,
             // relative to sum p |v|. Under bf16-mixed the probabilities are rounded to bf16 for it
-            // (u_bf16 each), counted below as one more rounding of the compute type.
+            // (u_bf16 each): per_u, which check multiplies by the unit roundoff of the op's
+            // storage.
             y.tol[yi] = (gamma(2.0 * static_cast<double>(tk) + 7, u) + 13 * u * big) * mag;
             y.per_u[yi] = mag;
           }
