@@ -1,12 +1,12 @@
 // libFuzzer target: the op layer's geometry. The bytes choose an op (conv2d, max_pool2d,
 // avg_pool2d, attention, bmm, embedding, slice, cat, max and argmax, masked_fill, where), its
 // shapes and attributes (small extents, sometimes zero, sometimes out of range) and the seed of its
-// data. The op runs forward and backward on a tape under 32-true and under bf16-mixed. Under both
-// policies it must throw a precis::error, or under neither; when it runs, its output shape must be
+// data. The op runs forward and backward on a tape under 32-true, bf16-mixed and 16-mixed. Under
+// every policy it must throw a precis::error, or under none; when it runs, its output shape must be
 // the one the op's definition (PyTorch's) gives, the input must have been valid, and its output and
 // every gradient (attention's: finite) must be those of a reference computed here in double:
 // - the data are multiples of 2^-6 below 1 in magnitude (below 4 for the pools and max), exact in
-//   bf16, and no sum here has 4096 terms, so every sum of products is exact in fp32: each
+//   bf16 and fp16, and no sum here has 4096 terms, so every sum of products is exact in fp32: each
 //   output and gradient must be the reference rounded once to its storage, bit for bit;
 // - avg_pool2d divides (one rounding, or two for a reciprocal and a product) and attention
 //   exponentiates: those are held to the error bounds derived at their checks.
@@ -927,12 +927,16 @@ struct select_case {
   }
 };
 
+/// The case under 32-true, bf16-mixed and 16-mixed: each rejects the input or none does.
 template <class Case>
-void both_policies(const Case& c, const char* op) {
+void every_policy(const Case& c, const char* op) {
   const bool a = c.template run<precis::policy::named<"32-true">>();
   const bool b = c.template run<precis::policy::named<"bf16-mixed">>();
-  if (a != b)
-    fail(std::string(op) + (a ? " threw under 32-true only" : " threw under bf16-mixed only"));
+  const bool h = c.template run<precis::policy::named<"16-mixed">>();
+  if (a != b || a != h) {
+    fail(std::string(op) + ": rejected under " + (a ? "32-true" : "") + (b ? " bf16-mixed" : "") + (h ? " 16-mixed" : "") +
+         " only");
+  }
 }
 
 }  // namespace
@@ -942,37 +946,37 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bytes in{data + 1, size - 1};
   switch (data[0] % 11) {
     case 0:
-      both_policies(conv_case(in), "conv2d");
+      every_policy(conv_case(in), "conv2d");
       break;
     case 1:
-      both_policies(pool_case(in, true), "max_pool2d");
+      every_policy(pool_case(in, true), "max_pool2d");
       break;
     case 2:
-      both_policies(pool_case(in, false), "avg_pool2d");
+      every_policy(pool_case(in, false), "avg_pool2d");
       break;
     case 3:
-      both_policies(attention_case(in), "attention");
+      every_policy(attention_case(in), "attention");
       break;
     case 4:
-      both_policies(bmm_case(in), "bmm");
+      every_policy(bmm_case(in), "bmm");
       break;
     case 5:
-      both_policies(embedding_case(in), "embedding");
+      every_policy(embedding_case(in), "embedding");
       break;
     case 6:
-      both_policies(slice_case(in), "slice");
+      every_policy(slice_case(in), "slice");
       break;
     case 7:
-      both_policies(cat_case(in), "cat");
+      every_policy(cat_case(in), "cat");
       break;
     case 8:
-      both_policies(max_case(in), "max");
+      every_policy(max_case(in), "max");
       break;
     case 9:
-      both_policies(select_case(in, false), "masked_fill");
+      every_policy(select_case(in, false), "masked_fill");
       break;
     default:
-      both_policies(select_case(in, true), "where");
+      every_policy(select_case(in, true), "where");
       break;
   }
   return 0;
